@@ -1,0 +1,143 @@
+"""Audio input for Whisper: decode a file, array or Gradio tuple to 16 kHz mono float32.
+
+Truncated files, as soundfile 0.14 / libsndfile 1.2.2 handle them:
+- WAV: the header is trusted only as far as the data goes, so the readable prefix is returned (accepted).
+- FLAC: ``soundfile.read`` fails with "flac decoder lost sync"; this becomes an ``AudioError``.
+- OGG/Vorbis: depending on where it is cut, the file fails to open ("malformed"), decodes to zero samples
+  (an ``AudioError``), or decodes to its readable prefix (accepted).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+SAMPLE_RATE = 16_000
+MAX_SECONDS = 30.0  # short-form decoding only, for now
+MAX_ARRAY_CHANNELS = 8  # an array with more "channels" than this has most likely been passed transposed
+
+AudioSource = str | os.PathLike | np.ndarray | tuple[int, np.ndarray]
+
+
+class AudioError(ValueError):
+    """Audio that cannot be used, with a one-line message meant for the user."""
+
+
+def load_audio(
+    source: AudioSource, sample_rate: int | None = None, max_seconds: float | None = MAX_SECONDS
+) -> np.ndarray:
+    """Load a path, a numpy array (with ``sample_rate``) or a Gradio ``(rate, array)`` tuple.
+
+    Returns contiguous float32 mono samples at ``SAMPLE_RATE``, shape (samples,). ``max_seconds=None``
+    disables the length limit. Raises ``AudioError`` for anything unusable.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        if sample_rate is not None:
+            raise AudioError(f"{source}: sample_rate is only for numpy arrays; a file carries its own rate")
+        name, samples, rate = _read_file(Path(source), max_seconds)
+    elif isinstance(source, tuple):
+        if sample_rate is not None or len(source) != 2:
+            raise AudioError("audio tuple: expected (sample_rate, array) as Gradio gives, and no sample_rate")
+        name, (rate, samples) = "audio", source
+        samples = _array_to_frames(name, samples)
+    elif isinstance(source, np.ndarray):
+        if sample_rate is None:
+            raise AudioError("audio array: sample_rate is required when passing a numpy array")
+        name, samples, rate = "audio array", _array_to_frames("audio array", source), sample_rate
+    else:
+        raise AudioError(f"unsupported audio source of type {type(source).__name__}; use a path or an array")
+    _check_rate(name, rate)
+    _check_duration(name, len(samples), rate, max_seconds)
+    return _to_whisper_input(name, samples, rate)
+
+
+def _read_file(path: Path, max_seconds: float | None) -> tuple[str, np.ndarray, int]:
+    """Decode a file to (name, float32 frames (samples, channels), rate), checking length before decoding."""
+    name = str(path)
+    if not path.exists():
+        raise AudioError(f"{name}: no such file")
+    if not path.is_file():
+        raise AudioError(f"{name}: not a regular file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{name}: file is empty (0 bytes)")
+    try:
+        info = sf.info(name)
+    except (sf.SoundFileError, RuntimeError, OSError) as err:
+        raise AudioError(f"{name}: not an audio file soundfile can decode ({_reason(err)})") from err
+    _check_rate(name, info.samplerate)
+    # Reject long files from the header, before decoding them into memory.
+    _check_duration(name, info.frames, info.samplerate, max_seconds)
+    try:
+        frames, rate = sf.read(name, dtype="float32", always_2d=True)
+    except (sf.SoundFileError, RuntimeError, OSError) as err:
+        reason = _reason(err)
+        raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
+    return name, frames, rate
+
+
+def _reason(err: Exception) -> str:
+    """libsndfile's own message without the "Error opening '<path>': " prefix."""
+    return str(getattr(err, "error_string", err)).strip().rstrip(".")
+
+
+def _array_to_frames(name: str, array: np.ndarray) -> np.ndarray:
+    """Validate an in-memory array and return float frames, shape (samples, channels)."""
+    array = np.asarray(array)
+    if array.ndim == 1:
+        array = array[:, None]
+    elif array.ndim == 2 and array.shape[0] <= MAX_ARRAY_CHANNELS < array.shape[1]:
+        array = array.T  # (channels, samples) -> (samples, channels)
+    elif array.ndim != 2:
+        raise AudioError(f"{name}: expected a 1-D or 2-D array, got shape {array.shape}")
+    if array.shape[1] > MAX_ARRAY_CHANNELS:
+        raise AudioError(f"{name}: shape {array.shape} has more than {MAX_ARRAY_CHANNELS} channels")
+    return _to_float(name, array)
+
+
+def _to_float(name: str, array: np.ndarray) -> np.ndarray:
+    """Floats pass through; integer PCM is scaled to [-1, 1) by its full range."""
+    if np.issubdtype(array.dtype, np.floating):
+        return array
+    if np.issubdtype(array.dtype, np.signedinteger):
+        return array.astype(np.float64) / -float(np.iinfo(array.dtype).min)
+    if np.issubdtype(array.dtype, np.unsignedinteger):  # e.g. 8-bit WAV: zero is mid-range
+        half = float(np.iinfo(array.dtype).max // 2 + 1)
+        return (array.astype(np.float64) - half) / half
+    raise AudioError(f"{name}: unsupported sample type {array.dtype}")
+
+
+def _check_rate(name: str, rate: object) -> None:
+    """A sample rate must be a positive, finite number."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)):
+        raise AudioError(f"{name}: sample rate must be a number, got {rate!r}")
+    if not np.isfinite(rate) or rate <= 0:
+        raise AudioError(f"{name}: sample rate must be positive, got {rate}")
+
+
+def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float | None) -> None:
+    """Reject empty audio and, unless ``max_seconds`` is None, audio longer than it."""
+    if num_samples == 0:
+        raise AudioError(f"{name}: contains no audio samples")
+    seconds = num_samples / rate
+    if max_seconds is not None and seconds > max_seconds:
+        raise AudioError(
+            f"{name} is {seconds:.1f} s long; audio longer than {max_seconds:g} s is not supported yet "
+            "(long-form decoding is planned)"
+        )
+
+
+def _to_whisper_input(name: str, frames: np.ndarray, rate: float) -> np.ndarray:
+    """Downmix (samples, channels) frames by averaging, check values, resample to 16 kHz float32."""
+    mono = frames.astype(np.float32, copy=False).mean(axis=1, dtype=np.float32)
+    if not np.isfinite(mono).all():
+        raise AudioError(f"{name}: contains NaN or infinite samples")
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE, quality="HQ")
+        if mono.size == 0:
+            raise AudioError(f"{name}: too short ({len(frames)} samples at {rate} Hz)")
+    # Always a fresh array, so callers never alias (and mutate) the array they passed in.
+    return np.array(mono, dtype=np.float32, order="C", copy=True)
