@@ -1,0 +1,196 @@
+"""Decoding a clip's log-mel features: forced prompt, language detection, and generate()'s window loop.
+
+Without timestamps a clip under 30 s is one window. With timestamps, `transformers` 5 `generate()`
+runs its segment-seek loop even for a short clip: when a window's output does not end on a single
+timestamp, it keeps the tokens up to the last timestamp pair, seeks to the first timestamp of that
+pair and decodes the rest of the (zero-padded) features again. We reproduce that loop exactly
+(`split_window` mirrors `WhisperGenerationMixin._retrieve_segment`), speculative inside each window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationConfig
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+from specdec.models import DraftKind, ModelPair
+from specdec.options import DecodeOptions
+from specdec.processing import LogitsPipeline
+from specdec.runner import DecoderRunner, encode
+from specdec.speculative import Drafter, Row, decode_window
+from specdec.trace import DecodeResult, Step, TokenRecord
+
+WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
+INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
+MAX_WINDOWS = 64  # a guard against a window loop that stops advancing
+
+
+def language_token_id(generation_config: GenerationConfig, language: str) -> int:
+    """'de', 'german' or '<|de|>' -> the id of `<|de|>`; a clear error for anything else."""
+    name = language.lower().strip()
+    code = name.strip("<|>") if name.startswith("<|") else TO_LANGUAGE_CODE.get(name, name)
+    token = f"<|{code}|>"
+    lang_to_id = getattr(generation_config, "lang_to_id", None) or {}
+    if code not in LANGUAGES or token not in lang_to_id:
+        raise ValueError(f"unsupported language {language!r}; use a code such as 'en', 'de', 'fr' or a name")
+    return lang_to_id[token]
+
+
+def forced_prompt(
+    generation_config: GenerationConfig, language_id: int | None, options: DecodeOptions
+) -> list[int]:
+    """`<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`, as generate() builds it."""
+    prompt = [generation_config.decoder_start_token_id]
+    if getattr(generation_config, "is_multilingual", False) and language_id is not None:
+        prompt += [language_id, generation_config.task_to_id[options.task]]
+    if not options.timestamps:
+        prompt.append(generation_config.no_timestamps_token_id)
+    return prompt
+
+
+def detect_language(pair: ModelPair, encoder_hidden_states: torch.Tensor) -> int:
+    """The target's most likely language token after `<|startoftranscript|>` (generate()'s own method)."""
+    target = pair.target.model
+    with torch.inference_mode():
+        language_ids = target.detect_language(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            generation_config=target.generation_config,
+        )
+    return int(language_ids[0])
+
+
+def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) -> tuple[int, int]:
+    """(tokens kept, frames to seek forward) after decoding a window with timestamps.
+
+    Mirrors `_retrieve_segment`: a single timestamp at the end (or no timestamp pair at all) keeps
+    everything and moves past the window; otherwise the tail after the last timestamp pair is dropped
+    and decoding resumes at that pair's first timestamp.
+    """
+    is_timestamp = [token >= timestamp_begin for token in tokens]
+    single_ending = is_timestamp[-2:] == [False, True]
+    pair_ends = [i + 1 for i in range(len(tokens) - 1) if is_timestamp[i] and is_timestamp[i + 1]]
+    if not pair_ends or single_ending:
+        return len(tokens), window_frames
+    kept = pair_ends[-1] + 1
+    return kept, (tokens[kept - 2] - timestamp_begin) * INPUT_STRIDE
+
+
+def window_features(features: torch.Tensor, seek: int) -> torch.Tensor:
+    """30 s of features from frame `seek`, zero-padded like generate()'s `_get_input_segment`."""
+    segment = features[:, :, seek : seek + WINDOW_FRAMES]
+    return F.pad(segment, (0, WINDOW_FRAMES - segment.shape[-1]))
+
+
+def decode_features(
+    pair: ModelPair,
+    features: torch.Tensor,
+    draft_features: torch.Tensor | None,
+    options: DecodeOptions,
+    use_draft: bool = True,
+) -> DecodeResult:
+    """Decode one clip (features: (1, mel_bins, frames)); speculative when use_draft and a draft exists."""
+    clock_start = time.perf_counter()
+    config = pair.target.model.generation_config
+    use_draft = use_draft and pair.draft is not None
+    generator = _generator(options, features.device)
+    seek, encoder_seconds, prompt, language_id = 0, 0.0, None, None
+    output: list[int] = []
+    tokens: list[TokenRecord] = []
+    steps: list[Step] = []
+    for window in range(MAX_WINDOWS):
+        if seek >= features.shape[-1]:
+            break
+        window_frames = min(features.shape[-1] - seek, WINDOW_FRAMES)
+        hidden, seconds = encode(pair.target.model, window_features(features, seek))
+        encoder_seconds += seconds
+        if prompt is None:
+            language_id = _language_id(pair, config, options, hidden)
+            prompt = forced_prompt(config, language_id, options)
+        pipeline = LogitsPipeline(
+            config, len(prompt), options.timestamps, options.temperature, options.top_p, hidden.device
+        )
+        drafter = None
+        if use_draft:
+            drafter, seconds = _drafter(pair, hidden, draft_features, seek, prompt, pipeline)
+            encoder_seconds += seconds
+        row = Row(list(prompt), len(prompt), options.num_draft_tokens)
+        max_new_tokens = pair.target.model.config.max_target_positions - len(prompt)
+        if options.max_new_tokens is not None:
+            max_new_tokens = min(max_new_tokens, options.max_new_tokens)
+        decode_window(
+            DecoderRunner(pair.target.model, hidden), drafter, row, pipeline, options, max_new_tokens,
+            window, generator, clock_start, len(steps),
+        )  # fmt: skip
+        generated = row.generated[:-1] if row.generated[-1:] == [pipeline.eos_token_id] else row.generated
+        kept, advance = (
+            split_window(generated, config.no_timestamps_token_id + 1, window_frames)
+            if options.timestamps
+            else (len(generated), window_frames)
+        )
+        output += generated[:kept]
+        tokens += [
+            record if i < kept else dataclasses.replace(record, kept=False)
+            for i, record in enumerate(row.tokens)
+        ]
+        steps += row.steps
+        if advance <= 0:  # would decode the same window forever; generate() has no such guard
+            break
+        seek += advance
+    return DecodeResult(
+        token_ids=tuple(output),
+        prompt_ids=tuple(prompt or ()),
+        language=_language_code(config, language_id),
+        tokens=tuple(tokens),
+        steps=tuple(steps),
+        encoder_seconds=encoder_seconds,
+        total_seconds=time.perf_counter() - clock_start,
+    )
+
+
+def _generator(options: DecodeOptions, device: torch.device) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    if options.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(options.seed)
+    return generator
+
+
+def _language_id(
+    pair: ModelPair, config: GenerationConfig, options: DecodeOptions, hidden: torch.Tensor
+) -> int | None:
+    if not getattr(config, "is_multilingual", False):
+        return None
+    if options.language is not None:
+        return language_token_id(config, options.language)
+    return detect_language(pair, hidden)
+
+
+def _language_code(config: GenerationConfig, language_id: int | None) -> str:
+    if language_id is None:
+        return "en"
+    id_to_lang = {i: token.strip("<|>") for token, i in config.lang_to_id.items()}
+    return id_to_lang.get(language_id, "unknown")
+
+
+def _drafter(
+    pair: ModelPair,
+    target_hidden: torch.Tensor,
+    draft_features: torch.Tensor | None,
+    seek: int,
+    prompt: list[int],
+    pipeline: LogitsPipeline,
+) -> tuple[Drafter, float]:
+    """The draft's runner for this window: the target's encoder output if shared, else its own encoding."""
+    seconds = 0.0
+    if pair.kind is DraftKind.SHARED_ENCODER:
+        hidden = target_hidden
+    else:
+        hidden, seconds = encode(pair.draft.model, window_features(draft_features, seek))
+    runner = DecoderRunner(pair.draft.model, hidden)
+    return Drafter(runner, pair.vocabulary, pair.vocabulary.prompt_to_draft(prompt), pipeline), seconds

@@ -1,0 +1,158 @@
+"""Loading a target and a draft Whisper model, detecting the draft kind and validating the pair."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
+
+from specdec.vocabulary import VocabularyError, VocabularyMap
+
+HUB_ALIASES = {
+    "tiny": "openai/whisper-tiny",
+    "tiny.en": "openai/whisper-tiny.en",
+    "base": "openai/whisper-base",
+    "small": "openai/whisper-small",
+    "medium": "openai/whisper-medium",
+    "large-v2": "openai/whisper-large-v2",
+    "large-v3": "openai/whisper-large-v3",
+    "large": "openai/whisper-large-v3",
+    "large-v3-turbo": "openai/whisper-large-v3-turbo",
+    "turbo": "openai/whisper-large-v3-turbo",
+    "distil-large-v3": "distil-whisper/distil-large-v3",
+    "distil-large-v2": "distil-whisper/distil-large-v2",
+    "distil-small.en": "distil-whisper/distil-small.en",
+}
+
+
+class PairError(ValueError):
+    """The target and draft cannot be used together; the message names the problem."""
+
+
+class DraftKind(str, enum.Enum):
+    """How the draft relates to the target (see README, 'Draft kinds')."""
+
+    SHARED_ENCODER = "shared-encoder"  # distil-large-v3: reads the target's encoder output
+    SEPARATE_SAME_VOCAB = "separate-same-vocabulary"  # e.g. large-v3-turbo -> large-v3
+    SEPARATE_OTHER_VOCAB = "separate-other-vocabulary"  # e.g. tiny (v2 ids) -> large-v3
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A Whisper model with its processor (feature extractor + tokenizer)."""
+
+    name: str
+    model: WhisperForConditionalGeneration
+    processor: WhisperProcessor
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A validated target/draft pair; `draft` is None for target-only decoding."""
+
+    target: LoadedModel
+    draft: LoadedModel | None
+    kind: DraftKind | None
+    vocabulary: VocabularyMap | None
+
+
+def resolve_model_name(name: str) -> str:
+    """A local folder stays as it is; short names map to hub ids; anything else is a hub id."""
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    return HUB_ALIASES.get(name, name)
+
+
+def pick_device(device: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """Load a Whisper checkpoint (hub id or local folder) with `from_pretrained`; never remote code."""
+    resolved = resolve_model_name(name)
+    config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
+    if config.model_type != "whisper":
+        raise PairError(f"{name} is not a Whisper model (model_type={config.model_type!r})")
+    model = WhisperForConditionalGeneration.from_pretrained(resolved, dtype=dtype).to(device).eval()
+    processor = WhisperProcessor.from_pretrained(resolved)
+    return LoadedModel(name=resolved, model=model, processor=processor)
+
+
+def load_pair(
+    target: str, draft: str | None, device: str = "auto", dtype: torch.dtype | None = None
+) -> ModelPair:
+    """Load and validate a pair; with draft None, a target-only pair."""
+    torch_device = pick_device(device)
+    dtype = dtype or (torch.float16 if torch_device.type == "cuda" else torch.float32)
+    target_model = load_model(target, torch_device, dtype)
+    if draft is None:
+        return ModelPair(target_model, None, None, None)
+    return make_pair(target_model, load_model(draft, torch_device, dtype))
+
+
+def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:
+    """Validate two loaded models as target and draft, detect the draft kind, share the encoder if equal."""
+    if draft.num_parameters > target.num_parameters:
+        raise PairError(
+            f"the draft {draft.name} ({draft.num_parameters / 1e6:.1f}M parameters) is larger than the target "
+            f"{target.name} ({target.num_parameters / 1e6:.1f}M); swap them"
+        )
+    vocabulary = _vocabulary_map(target, draft)
+    _check_special_tokens(target, draft, vocabulary)
+    kind = detect_draft_kind(target, draft, vocabulary)
+    if kind is DraftKind.SHARED_ENCODER:
+        # one encoder in memory: the draft's copy is identical, so point it at the target's
+        draft.model.model.encoder = target.model.model.encoder
+    return ModelPair(target, draft, kind, vocabulary)
+
+
+def _vocabulary_map(target: LoadedModel, draft: LoadedModel) -> VocabularyMap:
+    try:
+        return VocabularyMap(
+            target.processor.tokenizer.get_vocab(),
+            draft.processor.tokenizer.get_vocab(),
+            target.model.config.vocab_size,
+            draft.model.config.vocab_size,
+        )
+    except VocabularyError as error:
+        raise PairError(f"{draft.name} cannot draft for {target.name}: {error}") from error
+
+
+def _check_special_tokens(target: LoadedModel, draft: LoadedModel, vocabulary: VocabularyMap) -> None:
+    """Every special token the decoding loop relies on must exist in both vocabularies."""
+    for attribute in ("decoder_start_token_id", "eos_token_id", "no_timestamps_token_id"):
+        target_id = getattr(target.model.generation_config, attribute, None)
+        if target_id is None:
+            raise PairError(f"the target {target.name} has no {attribute} in its generation config")
+        if vocabulary.target_to_draft[target_id] < 0:
+            raise PairError(f"the draft {draft.name} has no token for the target's {attribute} ({target_id})")
+
+
+def detect_draft_kind(target: LoadedModel, draft: LoadedModel, vocabulary: VocabularyMap) -> DraftKind:
+    """Shared encoder when the encoders are identical; otherwise separate, same or other vocabulary."""
+    if _same_encoder(target.model, draft.model):
+        if not vocabulary.is_identity:
+            raise PairError(f"{draft.name} shares the target's encoder but not its vocabulary")
+        return DraftKind.SHARED_ENCODER
+    return DraftKind.SEPARATE_SAME_VOCAB if vocabulary.is_identity else DraftKind.SEPARATE_OTHER_VOCAB
+
+
+def _same_encoder(target: WhisperForConditionalGeneration, draft: WhisperForConditionalGeneration) -> bool:
+    fields = ("num_mel_bins", "d_model", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim")
+    if any(getattr(target.config, f) != getattr(draft.config, f) for f in fields):
+        return False
+    target_state = target.model.encoder.state_dict()
+    draft_state = draft.model.encoder.state_dict()
+    return target_state.keys() == draft_state.keys() and all(
+        torch.equal(target_state[key], draft_state[key]) for key in target_state
+    )

@@ -1,0 +1,43 @@
+"""Decoding options: one frozen dataclass, a comment per field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TASKS = ("transcribe", "translate")
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    language: str | None = None  # code or name ("de", "german"); None: the target detects it
+    task: str = "transcribe"  # or "translate" (to English)
+    timestamps: bool = False  # predict timestamp tokens (generate()'s return_timestamps=True)
+    temperature: float = 0.0  # 0: greedy; > 0: speculative sampling from the target's distribution
+    top_p: float | None = None  # nucleus sampling on the target's (and draft's) distribution
+    seed: int | None = None  # seeds the explicit torch.Generator used for sampling
+    num_draft_tokens: int = 5  # k: tokens the draft proposes per target pass (the start value if adaptive)
+    adaptive: bool = False  # grow k after a fully accepted draft, shrink it after a rejection
+    min_draft_tokens: int = 1  # bounds of adaptive k
+    max_draft_tokens: int = 12
+    draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
+    max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, not {self.task!r}")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.num_draft_tokens < 0:
+            raise ValueError("num_draft_tokens must be >= 0")
+        if not 1 <= self.min_draft_tokens <= self.max_draft_tokens:
+            raise ValueError("need 1 <= min_draft_tokens <= max_draft_tokens")
+        if not 0 <= self.draft_confidence < 1:
+            raise ValueError("draft_confidence must be in [0, 1)")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0

@@ -1,0 +1,119 @@
+"""What happened during a decoding: every step and every token, as serialisable frozen dataclasses.
+
+Statistics (acceptance rate, tokens per target pass, ...) are properties derived from the recorded
+steps and tokens; nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+ACCEPTED = "accepted"  # drafted and confirmed by the target
+CORRECTED = "corrected"  # the target's token where it rejected a draft token
+BONUS = "bonus"  # the target's extra token after a fully accepted draft
+TARGET = "target"  # the target's token in a step with no draft (baseline, or a draft of length 0)
+LABELS = (ACCEPTED, CORRECTED, BONUS, TARGET)
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """One generated token (target vocabulary id) and how it came to be."""
+
+    token_id: int
+    label: str  # one of LABELS
+    step: int  # index of the step that produced it
+    window: int  # 30 s decoding window (timestamp mode may seek and decode a window again)
+    target_prob: float  # the target's probability for this token (after logits processing)
+    draft_prob: float | None  # the draft's probability for it at this position; None without a draft there
+    kept: bool = (
+        True  # False for tokens generated but dropped (end-of-text, tail after the last timestamp pair)
+    )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One target pass: the draft proposed `drafted`, the target kept `n_accepted` and supplied one token."""
+
+    index: int
+    window: int
+    drafted: tuple[int, ...]  # target-vocabulary ids proposed by the draft (empty for target-only steps)
+    n_accepted: int
+    target_token: int | None  # correction or bonus; None when an accepted draft token ended the text
+    draft_seconds: float
+    verify_seconds: float
+    start_seconds: float  # since decoding began, for timelines
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """A whole decoding of one clip: output ids, every token's story, every step, timings."""
+
+    token_ids: tuple[int, ...]  # target ids after the forced prompt, without end-of-text
+    prompt_ids: tuple[int, ...]
+    language: str
+    tokens: tuple[TokenRecord, ...]
+    steps: tuple[Step, ...]
+    encoder_seconds: float
+    total_seconds: float  # encoder + decode, wall clock
+
+    @property
+    def num_target_passes(self) -> int:
+        return len(self.steps)
+
+    @property
+    def num_drafted(self) -> int:
+        return sum(len(step.drafted) for step in self.steps)
+
+    @property
+    def num_accepted(self) -> int:
+        return sum(step.n_accepted for step in self.steps)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None when nothing was drafted."""
+        return self.num_accepted / self.num_drafted if self.num_drafted else None
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.num_generated / self.num_target_passes if self.steps else 0.0
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.total_seconds - self.encoder_seconds
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(step.draft_seconds for step in self.steps)
+
+    @property
+    def verify_seconds(self) -> float:
+        return sum(step.verify_seconds for step in self.steps)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.num_generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def stats(self) -> dict:
+        """The derived statistics as one flat dict."""
+        return {
+            "num_generated": self.num_generated,
+            "num_target_passes": self.num_target_passes,
+            "num_drafted": self.num_drafted,
+            "num_accepted": self.num_accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "tokens_per_pass": self.tokens_per_pass,
+            "tokens_per_second": self.tokens_per_second,
+            "encoder_seconds": self.encoder_seconds,
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "decode_seconds": self.decode_seconds,
+            "total_seconds": self.total_seconds,
+        }
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the recorded data plus the derived statistics."""
+        return {**asdict(self), "stats": self.stats()}
