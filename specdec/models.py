@@ -80,7 +80,15 @@ def pick_device(device: str) -> torch.device:
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
     """Load a Whisper checkpoint (hub id or local folder) with `from_pretrained`; never remote code."""
     resolved = resolve_model_name(name)
-    config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
+    if resolved.startswith((".", "/", "~")) and not Path(resolved).expanduser().is_dir():
+        raise PairError(f"no model folder at {name}")
+    try:
+        config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        raise PairError(
+            f"could not load {name!r} ({error}); without network access use a local folder, "
+            "or `python -m specdec demo-models DIR` for offline demo models"
+        ) from error
     if config.model_type != "whisper":
         raise PairError(f"{name} is not a Whisper model (model_type={config.model_type!r})")
     model = WhisperForConditionalGeneration.from_pretrained(resolved, dtype=dtype).to(device).eval()

@@ -1,0 +1,8 @@
+"""`python -m specdec ...`: see specdec.cli."""
+
+import sys
+
+from specdec.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

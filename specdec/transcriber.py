@@ -1,0 +1,129 @@
+"""The Python API: `SpeculativeWhisper(draft_model, final_model).transcribe(audio)`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec.audio import SAMPLE_RATE, AudioSource, load_audio
+from specdec.decoding import decode_features
+from specdec.models import DraftKind, LoadedModel, ModelPair, load_pair
+from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """One clip's transcript with the full decoding record."""
+
+    audio: str  # file path, or a description of an array
+    text: str
+    result: DecodeResult
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.result.token_ids
+
+    @property
+    def language(self) -> str:
+        return self.result.language
+
+    def to_dict(self) -> dict:
+        return {"audio": self.audio, "text": self.text, **self.result.to_dict()}
+
+
+class SpeculativeWhisper:
+    """A target Whisper model sped up by a draft model; output identical to the target alone."""
+
+    def __init__(
+        self,
+        draft_model: str | None = "tiny",
+        final_model: str = "large-v3",
+        device: str = "auto",
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Load both models (hub ids, short names such as 'tiny', or local folders) and validate the pair."""
+        self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
+
+    @classmethod
+    def from_pair(cls, pair: ModelPair) -> SpeculativeWhisper:
+        """Wrap an already loaded pair (the app keeps one per draft)."""
+        instance = cls.__new__(cls)
+        instance.pair = pair
+        return instance
+
+    def transcribe(
+        self,
+        audio: AudioSource | Sequence[AudioSource],
+        sample_rate: int | None = None,
+        max_tokens: int | None = None,
+        batch_size: int = 1,
+        return_stats: bool = False,
+        speculative: bool = True,
+        **options,
+    ) -> list[str] | list[Transcription]:
+        """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples.
+
+        Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
+        Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
+        batch_size is accepted for the API's shape; clips are currently decoded one after another.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
+        sources = _as_list(audio)
+        results = [
+            self.transcribe_one(source, decode_options, sample_rate, speculative) for source in sources
+        ]
+        return results if return_stats else [result.text for result in results]
+
+    def transcribe_one(
+        self,
+        audio: AudioSource,
+        options: DecodeOptions | None = None,
+        sample_rate: int | None = None,
+        speculative: bool = True,
+    ) -> Transcription:
+        """One clip, speculative (or target-only with speculative=False)."""
+        options = options or DecodeOptions()
+        waveform = load_audio(audio, sample_rate=sample_rate)
+        return self.transcribe_waveform(waveform, options, speculative, name=_describe(audio))
+
+    def transcribe_waveform(
+        self, waveform: np.ndarray, options: DecodeOptions, speculative: bool = True, name: str = "audio"
+    ) -> Transcription:
+        """A 16 kHz mono float32 waveform -> Transcription."""
+        features = _features(self.pair.target, waveform)
+        draft_features = None
+        if speculative and self.pair.draft is not None and self.pair.kind is not DraftKind.SHARED_ENCODER:
+            draft_features = _features(self.pair.draft, waveform)
+        result = decode_features(self.pair, features, draft_features, options, use_draft=speculative)
+        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+
+    def decode_text(self, token_ids: Sequence[int]) -> str:
+        """Target ids -> text without special or timestamp tokens."""
+        return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
+
+
+def _features(model: LoadedModel, waveform: np.ndarray) -> torch.Tensor:
+    """Log-mel features (1, mel_bins, 3000) from the model's own feature extractor."""
+    extracted = model.processor.feature_extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    return extracted.input_features.to(model.model.device)
+
+
+def _as_list(audio: AudioSource | Sequence[AudioSource]) -> list[AudioSource]:
+    is_gradio_tuple = isinstance(audio, tuple) and len(audio) == 2 and isinstance(audio[0], int)
+    if isinstance(audio, (str, Path, np.ndarray)) or is_gradio_tuple:
+        return [audio]
+    return list(audio)
+
+
+def _describe(audio: AudioSource) -> str:
+    if isinstance(audio, (str, Path)):
+        return str(audio)
+    array = audio[1] if isinstance(audio, tuple) else audio
+    return f"array{tuple(array.shape)}"
