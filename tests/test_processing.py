@@ -1,0 +1,114 @@
+"""LogitsPipeline == transformers' own Whisper logits processors, position by position."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationConfig
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+    WhisperTimeStampLogitsProcessor,
+)
+
+from specdec.processing import LogitsPipeline
+
+VOCAB = 51866
+EOS = 50257
+NO_TIMESTAMPS = 50364
+TIMESTAMP_BEGIN = NO_TIMESTAMPS + 1
+
+
+def generation_config() -> GenerationConfig:
+    return GenerationConfig(
+        decoder_start_token_id=50258,
+        eos_token_id=EOS,
+        pad_token_id=EOS,
+        no_timestamps_token_id=NO_TIMESTAMPS,
+        max_initial_timestamp_index=50,
+        suppress_tokens=[
+            1,
+            2,
+            7,
+            8,
+            9,
+            10,
+            14,
+            25,
+            26,
+            27,
+            28,
+            29,
+            31,
+            58,
+            59,
+            60,
+            61,
+            62,
+            63,
+            90,
+            91,
+            92,
+            93,
+        ],
+        begin_suppress_tokens=[220, EOS],
+    )
+
+
+def transformers_processors(
+    config: GenerationConfig, begin_index: int, timestamps: bool
+) -> LogitsProcessorList:
+    """The list generate() builds (WhisperGenerationMixin._retrieve_logit_processors)."""
+    processors = [
+        SuppressTokensAtBeginLogitsProcessor(config.begin_suppress_tokens, begin_index=begin_index),
+        SuppressTokensLogitsProcessor(config.suppress_tokens),
+    ]
+    if timestamps:
+        processors.append(WhisperTimeStampLogitsProcessor(config, begin_index=begin_index))
+    return LogitsProcessorList(processors)
+
+
+def random_continuation(generator: torch.Generator, length: int, timestamps: bool) -> list[int]:
+    """Text tokens mixed with timestamp tokens (in increasing order) when timestamps are on."""
+    tokens = torch.randint(0, 50000, (length,), generator=generator).tolist()
+    if timestamps:
+        for i in range(0, length, 3):
+            tokens[i] = TIMESTAMP_BEGIN + 5 * i
+    return tokens
+
+
+@pytest.mark.parametrize("timestamps", [False, True])
+@pytest.mark.parametrize("already_generated", [0, 1, 4])
+def test_scores_match_transformers_at_every_position(timestamps, already_generated):
+    config = generation_config()
+    prompt = [50258, 50259, 50360] + ([] if timestamps else [NO_TIMESTAMPS])
+    generator = torch.Generator().manual_seed(already_generated + 10 * timestamps)
+    for _ in range(5):
+        prefix = prompt + random_continuation(generator, already_generated, timestamps)
+        continuation = random_continuation(generator, 5, timestamps)
+        logits = 4 * torch.randn(len(continuation) + 1, VOCAB, generator=generator)
+        if timestamps:  # make timestamps likely so their rules matter
+            logits[:, TIMESTAMP_BEGIN:] += 3
+        pipeline = LogitsPipeline(config, len(prompt), timestamps)
+        reference = transformers_processors(config, len(prompt), timestamps)
+        expected = torch.cat(
+            [
+                reference(torch.tensor([prefix + continuation[:i]]), logits[i : i + 1].clone())
+                for i in range(logits.shape[0])
+            ]
+        )
+        assert torch.equal(pipeline.scores_at(prefix, continuation, logits), expected)
+
+
+def test_probs_match_transformers_warpers():
+    config = generation_config()
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(0))
+    pipeline = LogitsPipeline(config, 4, False, temperature=0.7, top_p=0.9)
+    scores = pipeline.scores_at([50258, 50259, 50360, NO_TIMESTAMPS], [11, 12], logits)
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopPLogitsWarper(0.9)])
+    expected = torch.softmax(warpers(None, scores.clone()), dim=-1)
+    assert torch.allclose(pipeline.probs(scores), expected, atol=0, rtol=0)
+    assert torch.allclose(pipeline.probs(scores).sum(-1), torch.ones(3))
