@@ -1,7 +1,25 @@
-"""specdec: lossless speculative decoding for OpenAI Whisper."""
+"""specdec: lossless speculative decoding for OpenAI Whisper.
 
-from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult, Step, TokenRecord
-from specdec.transcriber import SpeculativeWhisper, Transcription
+The public names are imported on first use, so that `import specdec.acceptance` (pure tensor code)
+does not pay for importing transformers.
+"""
 
-__all__ = ["DecodeOptions", "DecodeResult", "SpeculativeWhisper", "Step", "TokenRecord", "Transcription"]
+from __future__ import annotations
+
+import importlib
+
+_PUBLIC = {
+    "SpeculativeWhisper": "specdec.transcriber",
+    "Transcription": "specdec.transcriber",
+    "DecodeOptions": "specdec.options",
+    "DecodeResult": "specdec.trace",
+    "Step": "specdec.trace",
+    "TokenRecord": "specdec.trace",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'specdec' has no attribute {name!r}")
+    return getattr(importlib.import_module(_PUBLIC[name]), name)
