@@ -1,0 +1,74 @@
+"""Shared fixtures: the project's random-weight demo checkpoints, built once per test session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+from specdec.demo_models import build_demo_models
+from specdec.models import DraftKind, load_pair
+from specdec.transcriber import SpeculativeWhisper
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory) -> dict[str, Path]:
+    """target, draft-separate, draft-shared: written by the same code as `python -m specdec demo-models`."""
+    return build_demo_models(tmp_path_factory.mktemp("demo-models"))
+
+
+@pytest.fixture(scope="session")
+def same_vocabulary_draft(demo_models, tmp_path_factory) -> Path:
+    """A separate-encoder draft with the target's vocabulary (like large-v3-turbo for large-v3).
+
+    Made from draft-shared by giving it its own, perturbed encoder, then saved and loaded back
+    through from_pretrained like any checkpoint.
+    """
+    path = tmp_path_factory.mktemp("draft-same-vocabulary")
+    model = WhisperForConditionalGeneration.from_pretrained(demo_models["draft-shared"])
+    generator = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for parameter in model.model.encoder.parameters():
+            parameter.add_(0.05 * parameter.std() * torch.randn(parameter.shape, generator=generator))
+    model.save_pretrained(path)
+    WhisperProcessor.from_pretrained(demo_models["draft-shared"]).save_pretrained(path)
+    return path
+
+
+def _whisper(target: Path, draft: Path, dtype: torch.dtype = torch.float32) -> SpeculativeWhisper:
+    return SpeculativeWhisper.from_pair(load_pair(str(target), str(draft), device="cpu", dtype=dtype))
+
+
+@pytest.fixture(scope="session")
+def separate_pair(demo_models) -> SpeculativeWhisper:
+    return _whisper(demo_models["target"], demo_models["draft-separate"])
+
+
+@pytest.fixture(scope="session")
+def shared_pair(demo_models) -> SpeculativeWhisper:
+    return _whisper(demo_models["target"], demo_models["draft-shared"])
+
+
+@pytest.fixture(scope="session")
+def same_vocabulary_pair(demo_models, same_vocabulary_draft) -> SpeculativeWhisper:
+    return _whisper(demo_models["target"], same_vocabulary_draft)
+
+
+@pytest.fixture(scope="session")
+def float64_pair(demo_models) -> SpeculativeWhisper:
+    return _whisper(demo_models["target"], demo_models["draft-separate"], torch.float64)
+
+
+@pytest.fixture(
+    params=[DraftKind.SEPARATE_OTHER_VOCAB, DraftKind.SHARED_ENCODER, DraftKind.SEPARATE_SAME_VOCAB],
+    ids=lambda kind: kind.value,
+)
+def pair_of_each_kind(request) -> tuple[DraftKind, SpeculativeWhisper]:
+    fixture = {
+        DraftKind.SEPARATE_OTHER_VOCAB: "separate_pair",
+        DraftKind.SHARED_ENCODER: "shared_pair",
+        DraftKind.SEPARATE_SAME_VOCAB: "same_vocabulary_pair",
+    }[request.param]
+    return request.param, request.getfixturevalue(fixture)
