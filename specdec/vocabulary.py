@@ -14,6 +14,8 @@ import torch
 # A language the draft lacks is replaced in the draft's prompt by its closest relative. The draft only
 # proposes, so this costs acceptance at worst, never correctness.
 LANGUAGE_FALLBACK = {"yue": "zh"}
+# The same special token under another name: v2 tokenizers say <|nocaptions|>, large-v3's <|nospeech|>.
+TOKEN_ALIASES = {"<|nocaptions|>": "<|nospeech|>", "<|nospeech|>": "<|nocaptions|>"}
 
 
 class VocabularyError(ValueError):
@@ -34,8 +36,9 @@ class VocabularyMap:
         self._check_text_tokens(target_vocab, draft_vocab, eos_token)
         draft_to_target = torch.full((draft_size,), -1, dtype=torch.long)
         for token, draft_id in draft_vocab.items():
-            if draft_id < draft_size and token in target_vocab and target_vocab[token] < target_size:
-                draft_to_target[draft_id] = target_vocab[token]
+            target_id = target_vocab.get(token, target_vocab.get(TOKEN_ALIASES.get(token, ""), -1))
+            if draft_id < draft_size and 0 <= target_id < target_size:
+                draft_to_target[draft_id] = target_id
         self.draft_to_target = draft_to_target  # (draft_size,), -1 where the target has no such token
         self.target_to_draft = torch.full((target_size,), -1, dtype=torch.long)
         known = draft_to_target >= 0
@@ -76,7 +79,7 @@ class VocabularyMap:
         return self.draft_to_target[draft_ids].tolist() if not self.is_identity else list(draft_ids)
 
     def to_draft(self, target_ids: list[int]) -> list[int]:
-        """Target ids -> draft ids; a token the draft lacks becomes its end-of-text (it only conditions the draft)."""
+        """Target ids -> draft ids; a token the draft lacks becomes its end-of-text (it only conditions it)."""
         if self.is_identity:
             return list(target_ids)
         draft_ids = self.target_to_draft[target_ids].tolist()
@@ -88,6 +91,7 @@ class VocabularyMap:
         draft_prompt = []
         for target_id in target_prompt:
             token = target_tokens[target_id]
+            token = token if token in self.draft_vocab else TOKEN_ALIASES.get(token, token)
             if token not in self.draft_vocab:
                 language = token.strip("<|>")
                 token = f"<|{LANGUAGE_FALLBACK.get(language, 'en')}|>"

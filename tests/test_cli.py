@@ -1,0 +1,69 @@
+"""The command-line contract, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import soundfile as sf
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specdec", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_transcribe_json_compare_with_a_bad_file_in_the_middle(demo_models, tmp_path):
+    rng = np.random.default_rng(0)
+    good = tmp_path / "stereo-44k.flac"
+    sf.write(good, 0.1 * rng.standard_normal((44_100 * 3, 2)), 44_100)
+    bad = tmp_path / "not-audio.wav"
+    bad.write_text("this is not audio")
+    other = tmp_path / "mono-8k.wav"
+    sf.write(other, 0.1 * rng.standard_normal(8_000 * 2), 8_000)
+    result = run_cli(
+        "transcribe", str(good), str(bad), str(other),
+        "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
+        "--language", "en", "--max-new-tokens", "30", "--compare", "--json", "--device", "cpu",
+    )  # fmt: skip
+    assert result.returncode == 1
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("specdec: error:")]
+    assert len(error_lines) == 1 and "not-audio.wav" in error_lines[0]
+    assert "Traceback" not in result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["audio"] for r in records] == [str(good), str(other)]
+    for record in records:
+        assert record["identical"] is True
+        assert record["speculative"]["token_ids"] == record["baseline"]["token_ids"]
+        assert record["speculative"]["text"] == record["baseline"]["text"]
+        assert set(record["speculative"]) >= {"text", "token_ids", "seconds", "acceptance_rate", "steps"}
+        assert all(t < 50257 or t > 50364 for t in record["speculative"]["token_ids"])  # no prompt, no eot
+        assert {"drafted", "n_accepted", "target_token"} <= set(record["speculative"]["steps"][0])
+
+
+def test_timestamps_and_text_output(demo_models, tmp_path):
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, 0.1 * np.random.default_rng(1).standard_normal(16_000 * 2), 16_000)
+    result = run_cli(
+        "transcribe", str(clip), "--target", str(demo_models["target"]),
+        "--draft", str(demo_models["draft-shared"]), "--timestamps", "--max-new-tokens", "20", "--compare",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "output identical" in result.stdout and "acceptance" in result.stdout
+
+
+def test_bad_model_is_one_line_and_exit_2(tmp_path):
+    result = run_cli("transcribe", str(tmp_path / "x.wav"), "--target", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "no model folder" in result.stderr
+
+
+def test_demo_models_command_writes_three_checkpoints(tmp_path):
+    result = run_cli("demo-models", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for name in ("target", "draft-separate", "draft-shared"):
+        assert (tmp_path / name / "config.json").exists()
+        assert (tmp_path / name / "generation_config.json").exists()

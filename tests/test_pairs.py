@@ -1,0 +1,172 @@
+"""The guarantee: speculative greedy == target-only greedy == transformers generate(), for every draft kind.
+
+Runs on the project's random-weight demo checkpoints (real Whisper architectures, loaded through
+from_pretrained). Each pair's acceptance rate is asserted strictly between 0 and 1, so both the
+accept and the reject paths run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.models import DraftKind
+from specdec.options import DecodeOptions
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET
+from specdec.transcriber import SpeculativeWhisper
+
+MAX_NEW_TOKENS = 40
+
+
+def clips() -> dict[str, np.ndarray]:
+    """Varied 16 kHz inputs: noise bursts, a chirp, different lengths (random models need no speech)."""
+    rng = np.random.default_rng(7)
+    t = np.arange(int(4.0 * 16_000)) / 16_000
+    return {
+        "noise-2s": (0.1 * rng.standard_normal(2 * 16_000)).astype(np.float32),
+        "chirp-4s": (0.3 * np.sin(2 * np.pi * (200 + 400 * t) * t)).astype(np.float32),
+        "bursts-9s": (rng.standard_normal(9 * 16_000) * (np.arange(9 * 16_000) % 8000 < 3000) * 0.2).astype(
+            np.float32
+        ),
+    }
+
+
+CLIPS = clips()
+
+
+def reference_ids(whisper: SpeculativeWhisper, waveform: np.ndarray, options: DecodeOptions) -> list[int]:
+    """What `generate()` outputs for the target alone, as target ids after the prompt without end-of-text."""
+    target = whisper.pair.target
+    features = target.processor.feature_extractor(waveform, sampling_rate=16_000, return_tensors="pt")
+    with torch.inference_mode():
+        output = target.model.generate(
+            features.input_features.to(target.model.dtype),
+            language=options.language,
+            task=options.task,
+            return_timestamps=options.timestamps,
+            max_new_tokens=options.max_new_tokens,
+        )
+    sequence = (output["sequences"] if isinstance(output, dict) else output)[0].tolist()
+    eos = target.model.generation_config.eos_token_id
+    while sequence and sequence[-1] == eos:  # end-of-text and right padding
+        sequence.pop()
+    return sequence
+
+
+@pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
+@pytest.mark.parametrize("language", ["de", None], ids=["forced-language", "detected-language"])
+def test_speculative_equals_target_and_generate(pair_of_each_kind, timestamps, language):
+    kind, whisper = pair_of_each_kind
+    options = DecodeOptions(language=language, timestamps=timestamps, max_new_tokens=MAX_NEW_TOKENS)
+    for name, waveform in CLIPS.items():
+        speculative = whisper.transcribe_waveform(waveform, options)
+        baseline = whisper.transcribe_waveform(waveform, options, speculative=False)
+        expected = reference_ids(whisper, waveform, options)
+        assert list(baseline.token_ids) == expected, (
+            f"{kind} {name}: target-only loop differs from generate()"
+        )
+        assert list(speculative.token_ids) == expected, f"{kind} {name}: speculative differs from generate()"
+        assert speculative.text == baseline.text
+
+
+def test_each_kind_accepts_and_rejects(pair_of_each_kind):
+    kind, whisper = pair_of_each_kind
+    options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
+    results = [whisper.transcribe_waveform(w, options).result for w in CLIPS.values()]
+    accepted = sum(r.num_accepted for r in results)
+    drafted = sum(r.num_drafted for r in results)
+    assert 0 < accepted < drafted, f"{kind}: acceptance {accepted}/{drafted} must be strictly between 0 and 1"
+    labels = {token.label for r in results for token in r.tokens}
+    assert {ACCEPTED, CORRECTED} <= labels
+
+
+def test_draft_kind_detected(pair_of_each_kind):
+    kind, whisper = pair_of_each_kind
+    assert whisper.pair.kind is kind
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodeOptions(language="en", num_draft_tokens=1),
+        DecodeOptions(language="en", num_draft_tokens=8),
+        DecodeOptions(language="en", adaptive=True, num_draft_tokens=2, max_draft_tokens=6),
+        DecodeOptions(language="en", num_draft_tokens=6, draft_confidence=0.5),
+        DecodeOptions(language="en", task="translate", max_new_tokens=7),
+    ],
+    ids=["k1", "k8", "adaptive", "confidence-stop", "translate-budget"],
+)
+def test_draft_length_policies_keep_output(separate_pair, options):
+    options = dataclasses.replace(options, max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS)
+    for waveform in CLIPS.values():
+        expected = reference_ids(separate_pair, waveform, options)
+        assert list(separate_pair.transcribe_waveform(waveform, options).token_ids) == expected
+
+
+def test_float64_parity(float64_pair):
+    for timestamps in (False, True):
+        options = DecodeOptions(language="fr", timestamps=timestamps, max_new_tokens=MAX_NEW_TOKENS)
+        for waveform in CLIPS.values():
+            expected = reference_ids(float64_pair, waveform, options)
+            assert list(float64_pair.transcribe_waveform(waveform, options).token_ids) == expected
+
+
+def test_trace_is_complete_and_consistent(separate_pair):
+    result = separate_pair.transcribe_waveform(CLIPS["chirp-4s"], DecodeOptions(language="en")).result
+    kept = [token.token_id for token in result.tokens if token.kept]
+    assert tuple(kept) == result.token_ids
+    assert sum(token.label == ACCEPTED for token in result.tokens) == result.num_accepted
+    for step in result.steps:
+        step_tokens = [token for token in result.tokens if token.step == step.index]
+        assert 1 <= len(step_tokens) <= step.n_accepted + 1
+        assert [t.token_id for t in step_tokens[: step.n_accepted]] == list(step.drafted[: step.n_accepted])
+        last = step_tokens[-1]
+        if step.target_token is not None:
+            assert last.token_id == step.target_token
+            assert last.label == (BONUS if step.n_accepted == len(step.drafted) else CORRECTED)
+        assert step.draft_seconds >= 0 and step.verify_seconds > 0
+    for token in result.tokens:
+        assert 0 <= token.target_prob <= 1
+        assert (token.draft_prob is None) == (token.label in (BONUS, TARGET))
+    stats = result.stats()
+    assert stats["num_target_passes"] == len(result.steps)
+    assert stats["tokens_per_pass"] > 1
+    assert 0 < stats["acceptance_rate"] < 1
+    assert result.to_dict()["stats"] == stats
+
+
+def test_sampling_is_seeded_and_valid(separate_pair):
+    options = DecodeOptions(language="en", temperature=0.8, top_p=0.95, seed=3, max_new_tokens=MAX_NEW_TOKENS)
+    first = separate_pair.transcribe_waveform(CLIPS["noise-2s"], options)
+    again = separate_pair.transcribe_waveform(CLIPS["noise-2s"], options)
+    assert first.token_ids == again.token_ids
+    other = separate_pair.transcribe_waveform(CLIPS["noise-2s"], dataclasses.replace(options, seed=4))
+    assert other.token_ids != first.token_ids
+    assert all(token.target_prob > 0 for token in first.result.tokens)
+
+
+def test_target_only_pair_has_no_draft_steps(separate_pair):
+    result = separate_pair.transcribe_waveform(
+        CLIPS["noise-2s"], DecodeOptions(language="en", max_new_tokens=10), speculative=False
+    ).result
+    assert result.num_drafted == 0 and result.acceptance_rate is None
+    assert {token.label for token in result.tokens} == {TARGET}
+    assert result.num_target_passes == result.num_generated
+
+
+def test_detected_language_is_reported(separate_pair):
+    result = separate_pair.transcribe_waveform(CLIPS["chirp-4s"], DecodeOptions()).result
+    config = separate_pair.pair.target.model.generation_config
+    assert config.lang_to_id[f"<|{result.language}|>"] == result.prompt_ids[1]
+
+
+def test_kinds_are_distinct(pair_of_each_kind):
+    kind, whisper = pair_of_each_kind
+    draft = whisper.pair.draft.model
+    if kind is DraftKind.SHARED_ENCODER:
+        assert draft.model.encoder is whisper.pair.target.model.model.encoder
+    else:
+        assert draft.model.encoder is not whisper.pair.target.model.model.encoder
