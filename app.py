@@ -1,6 +1,6 @@
 """specdec web demo (minimal page until the full Compare view lands): transcribe with and without a draft.
 
-    python app.py                 # openai/whisper-large-v3 with openai/whisper-tiny (needs the hub or a cache)
+    python app.py                 # whisper-large-v3 with whisper-tiny (needs the hub or its cache)
     python app.py --demo-models   # offline: random-weight demo checkpoints, transcripts are meaningless
 """
 
@@ -40,7 +40,8 @@ def transcribe(audio: str | None, language: str) -> tuple[str, str, str, dict]:
         baseline = _whisper.transcribe_one(audio, options, speculative=False)
     except AudioError as error:
         raise gr.Error(str(error)) from error
-    identical = "✅ identical to the target alone" if speculative.token_ids == baseline.token_ids else "❌ DIFFERENT"
+    same = speculative.token_ids == baseline.token_ids
+    identical = "✅ identical to the target alone" if same else "❌ DIFFERENT from the target alone"
     stats = {"speculative": speculative.result.stats(), "baseline": baseline.result.stats()}
     return speculative.text, baseline.text, identical, stats
 
@@ -55,14 +56,16 @@ def build_ui(banner: str) -> gr.Blocks:
         baseline = gr.Textbox(label="Target alone")
         identical = gr.Markdown()
         stats = gr.JSON(label="Statistics")
-        run.click(transcribe, [audio, language], [speculative, baseline, identical, stats], api_name="transcribe")
+        outputs = [speculative, baseline, identical, stats]
+        run.click(transcribe, [audio, language], outputs, api_name="transcribe")
     return demo
 
 
 def main() -> None:
     global _whisper
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demo-models", action="store_true", default=bool(os.environ.get("SPECDEC_DEMO_MODELS")))
+    demo_default = bool(os.environ.get("SPECDEC_DEMO_MODELS"))
+    parser.add_argument("--demo-models", action="store_true", default=demo_default)
     parser.add_argument("--target", default="large-v3")
     parser.add_argument("--draft", default="tiny")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
@@ -77,7 +80,8 @@ def main() -> None:
     try:
         _whisper = SpeculativeWhisper.from_pair(load_pair(target, draft))
     except PairError as error:
-        raise SystemExit(f"Could not load the models: {error}\nOffline? Start with: python app.py --demo-models")
+        message = f"Could not load the models: {error}\nOffline? Start with: python app.py --demo-models"
+        raise SystemExit(message) from None
     build_ui(banner).launch(server_name=args.host, server_port=args.port)
 
 

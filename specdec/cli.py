@@ -136,8 +136,8 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
         identical = "identical" if baseline.token_ids == speculative.token_ids else "DIFFERENT"
         speedup = baseline.result.total_seconds / max(result.total_seconds, 1e-9)
         lines.append(
-            f"  baseline:    {baseline.result.total_seconds:.2f} s, {baseline.result.num_target_passes} target "
-            f"passes; speedup {speedup:.2f}x; output {identical}"
+            f"  baseline:    {baseline.result.total_seconds:.2f} s, "
+            f"{baseline.result.num_target_passes} target passes; speedup {speedup:.2f}x; output {identical}"
         )
     return "\n".join(lines)
 

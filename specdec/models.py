@@ -112,8 +112,8 @@ def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:
     """Validate two loaded models as target and draft, detect the draft kind, share the encoder if equal."""
     if draft.num_parameters > target.num_parameters:
         raise PairError(
-            f"the draft {draft.name} ({draft.num_parameters / 1e6:.1f}M parameters) is larger than the target "
-            f"{target.name} ({target.num_parameters / 1e6:.1f}M); swap them"
+            f"the draft {draft.name} ({draft.num_parameters / 1e6:.1f}M parameters) is larger than "
+            f"the target {target.name} ({target.num_parameters / 1e6:.1f}M); swap them"
         )
     vocabulary = _vocabulary_map(target, draft)
     _check_special_tokens(target, draft, vocabulary)

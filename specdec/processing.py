@@ -3,8 +3,8 @@
 The processing is that of `WhisperGenerationMixin._retrieve_logit_processors` (begin-suppress,
 suppress, timestamp rules, in that order), followed by the sampling warpers that
 `GenerationMixin._get_logits_processor` appends (temperature, top-p), so that every verified position
-sees the same processing the target alone would apply. The processors are pure functions of (sequence, scores),
-which is what lets us apply them to hypothetical sequences (prefix + draft tokens so far).
+sees the same processing the target alone would apply. The processing is a pure function of
+(sequence, scores), which is what lets us apply it to hypothetical sequences (prefix + drafts so far).
 """
 
 from __future__ import annotations

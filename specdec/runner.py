@@ -17,7 +17,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 @torch.inference_mode()
 def encode(model: WhisperForConditionalGeneration, features: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Encoder output (batch, frames / 2, d_model) for log-mel features (batch, mel_bins, 3000), and seconds."""
+    """Encoder output (batch, 1500, d_model) for log-mel features (batch, mel_bins, 3000), and seconds."""
     start = time.perf_counter()
     hidden = model.model.encoder(features.to(model.device, model.dtype)).last_hidden_state
     if hidden.device.type == "cuda":

@@ -79,7 +79,7 @@ class VocabularyMap:
         return self.draft_to_target[draft_ids].tolist() if not self.is_identity else list(draft_ids)
 
     def to_draft(self, target_ids: list[int]) -> list[int]:
-        """Target ids -> draft ids; a token the draft lacks becomes its end-of-text (it only conditions it)."""
+        """Target ids -> draft ids; a token the draft lacks becomes its end-of-text (it only conditions)."""
         if self.is_identity:
             return list(target_ids)
         draft_ids = self.target_to_draft[target_ids].tolist()
