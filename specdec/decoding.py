@@ -1,9 +1,10 @@
 """Decoding a clip's log-mel features: forced prompt, language detection, and generate()'s window loop.
 
-Without timestamps a clip under 30 s is one window. With timestamps, `transformers` 5 `generate()`
-runs its segment-seek loop even for a short clip: when a window's output does not end on a single
-timestamp, it keeps the tokens up to the last timestamp pair, seeks to the first timestamp of that
-pair and decodes the rest of the (zero-padded) features again. We reproduce that loop exactly
+`transformers` 5 `generate()` runs its segment-seek loop even for a clip under 30 s: when a window's
+output holds a timestamp pair but does not end on a single timestamp, it keeps the tokens up to the
+last pair, seeks to the first timestamp of that pair and decodes the rest of the (zero-padded)
+features again. It does so with timestamps requested and also without (a model may still emit
+timestamp tokens after `<|notimestamps|>`). We reproduce that loop exactly
 (`split_window` mirrors `WhisperGenerationMixin._retrieve_segment`), speculative inside each window.
 """
 
@@ -127,11 +128,8 @@ def decode_features(
             window, generator, clock_start, len(steps),
         )  # fmt: skip
         generated = row.generated[:-1] if row.generated[-1:] == [pipeline.eos_token_id] else row.generated
-        kept, advance = (
-            split_window(generated, config.no_timestamps_token_id + 1, window_frames)
-            if options.timestamps
-            else (len(generated), window_frames)
-        )
+        # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
+        kept, advance = split_window(generated, config.no_timestamps_token_id + 1, window_frames)
         output += generated[:kept]
         tokens += [
             record if i < kept else dataclasses.replace(record, kept=False)
