@@ -18,6 +18,8 @@ from specdec.demo_models import SPECS, V2, VOCABULARY_FILE, build_models, build_
 
 PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 MAX_NEW_TOKENS = 40
+# transformers 5 writes the feature extractor's settings into processor_config.json (no preprocessor_config)
+CHECKPOINT_FILES = ("model.safetensors", "generation_config.json", "tokenizer.json", "processor_config.json")
 # openai/whisper's split pattern (whisper/tokenizer.py), for the reference encoder below
 TIKTOKEN_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
@@ -52,10 +54,12 @@ def clips() -> dict[str, np.ndarray]:
 CLIPS = clips()
 
 
+Loaded = dict[str, tuple[WhisperForConditionalGeneration, WhisperProcessor]]
+
+
 @pytest.fixture(scope="module")
-def loaded(
-    demo_models: dict[str, Path],
-) -> dict[str, tuple[WhisperForConditionalGeneration, WhisperProcessor]]:
+def loaded(demo_models: dict[str, Path]) -> Loaded:
+    """Each demo checkpoint loaded back from disk, as a user would."""
     return {
         name: (
             WhisperForConditionalGeneration.from_pretrained(path).eval(),
@@ -146,13 +150,7 @@ def test_checkpoints_load_with_from_pretrained_like_hub_ones(demo_models):
         assert generation_config.begin_suppress_tokens == [220, 50257]
         assert generation_config.max_length == 448 and generation_config.max_initial_timestamp_index == 50
         assert generation_config.is_multilingual
-        # transformers 5 nests the feature extractor's settings in processor_config.json
-        for file in (
-            "model.safetensors",
-            "generation_config.json",
-            "tokenizer.json",
-            "processor_config.json",
-        ):
+        for file in CHECKPOINT_FILES:
             assert (path / file).is_file(), (name, file)
 
 
@@ -172,10 +170,8 @@ def test_architectures(loaded):
         assert draft.num_parameters() < target.num_parameters()
     assert draft_separate.config.encoder_layers < target.config.encoder_layers
 
-    target_encoder, shared_encoder = (
-        target.model.encoder.state_dict(),
-        draft_shared.model.encoder.state_dict(),
-    )
+    target_encoder = target.model.encoder.state_dict()
+    shared_encoder = draft_shared.model.encoder.state_dict()
     assert target_encoder.keys() == shared_encoder.keys()
     assert all(torch.equal(target_encoder[key], shared_encoder[key]) for key in target_encoder)
 
@@ -283,8 +279,8 @@ def test_build_is_deterministic_and_leaves_the_global_rng_alone(loaded):
     assert torch.equal(torch.get_rng_state(), rng_state)
     assert set(rebuilt) == set(SPECS) == set(loaded)
     for name, demo in rebuilt.items():
-        saved = loaded[name][0].state_dict()
-        assert all(torch.equal(demo.model.state_dict()[key], saved[key]) for key in saved), name
+        built, saved = demo.model.state_dict(), loaded[name][0].state_dict()
+        assert all(torch.equal(built[key], saved[key]) for key in saved), name
     other_seed = build_models(seed=1)["target"].model.state_dict()
     key = "model.decoder.layers.0.fc1.weight"
     assert not torch.equal(other_seed[key], loaded["target"][0].state_dict()[key])
