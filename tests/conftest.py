@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-import pytest
-import torch
-from transformers import WhisperForConditionalGeneration, WhisperProcessor
+# Two busy-waiting OpenMP thread pools on 2 cores (pytest and a CLI subprocess, or a parallel job)
+# slow torch 30-50x; passive waiting costs nothing when alone. Must be set before torch starts.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from specdec.demo_models import build_demo_models
-from specdec.models import DraftKind, load_pair
-from specdec.transcriber import SpeculativeWhisper
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import WhisperForConditionalGeneration, WhisperProcessor  # noqa: E402
+
+from specdec.demo_models import build_demo_models  # noqa: E402
+from specdec.models import DraftKind, load_pair  # noqa: E402
+from specdec.transcriber import SpeculativeWhisper  # noqa: E402
 
 
 @pytest.fixture(scope="session")
