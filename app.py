@@ -1,7 +1,7 @@
 """specdec web demo (minimal page until the full Compare view lands): transcribe with and without a draft.
 
-    python app.py                 # whisper-large-v3 with whisper-tiny (needs the hub or its cache)
-    python app.py --demo-models   # offline: random-weight demo checkpoints, transcripts are meaningless
+python app.py                 # whisper-large-v3 with whisper-tiny (needs the hub or its cache)
+python app.py --demo-models   # offline: random-weight demo checkpoints, transcripts are meaningless
 """
 
 from __future__ import annotations
