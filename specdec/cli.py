@@ -11,7 +11,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from specdec.audio import AudioError
+import numpy as np
+
+from specdec.audio import SAMPLE_RATE, AudioError
 from specdec.models import PairError
 from specdec.options import TASKS, DecodeOptions
 from specdec.transcriber import SpeculativeWhisper, Transcription
@@ -82,6 +84,8 @@ def _transcribe(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
     )
     whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
+    if args.compare:
+        warm_up(whisper)
     exit_code = 0
     for path in args.audio:
         try:
@@ -98,6 +102,14 @@ def _transcribe(args: argparse.Namespace) -> int:
         )
         sys.stdout.flush()
     return exit_code
+
+
+def warm_up(whisper: SpeculativeWhisper) -> None:
+    """Run both paths once on a second of silence, so that neither timed run pays first-call costs."""
+    silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    options = DecodeOptions(language="en", max_new_tokens=4)
+    for speculative in (True, False):
+        whisper.transcribe_waveform(silence, options, speculative=speculative)
 
 
 def json_record(speculative: Transcription, baseline: Transcription | None) -> dict:
