@@ -87,7 +87,8 @@ class VocabularyMap:
 
     def prompt_to_draft(self, target_prompt: list[int]) -> list[int]:
         """The forced decoder prompt in draft ids, with a missing language replaced by its fallback."""
-        target_tokens = {i: t for t, i in self.target_vocab.items() if i in set(target_prompt)}
+        prompt_ids = set(target_prompt)
+        target_tokens = {i: t for t, i in self.target_vocab.items() if i in prompt_ids}
         draft_prompt = []
         for target_id in target_prompt:
             token = target_tokens[target_id]
