@@ -1,7 +1,9 @@
-"""specdec web demo (minimal page until the full Compare view lands): transcribe with and without a draft.
+"""specdec web demo: Whisper decoding alone and with speculative decoding, side by side.
 
-python app.py                 # whisper-large-v3 with whisper-tiny (needs the hub or its cache)
+python app.py                 # openai/whisper-large-v3 with whisper-tiny (needs the hub or its cache)
 python app.py --demo-models   # offline: random-weight demo checkpoints, transcripts are meaningless
+
+Layout and wiring only; the handlers are plain functions in specdec/web.py.
 """
 
 from __future__ import annotations
@@ -12,77 +14,258 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec.audio import AudioError
-from specdec.models import PairError, load_pair
-from specdec.options import DecodeOptions
-from specdec.transcriber import SpeculativeWhisper
+from specdec import web
+from specdec.highlight import legend_html
 
-DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
-_whisper: SpeculativeWhisper | None = None
+ASSETS = Path(__file__).parent / "assets"
+MAX_FILE_SIZE = "25mb"
+LANGUAGES = ["auto", "en", "de", "fr", "es", "it", "pt", "nl", "ja", "zh", "ru", "ar", "hi", "ko"]
+CSS = """
+.wer-sub { background: #fde68a; border-radius: 3px; padding: 0 2px; }
+.wer-del del { color: #b91c1c; }
+.wer-ins b { color: #1d4ed8; }
+.specdec-banner { padding: 10px 14px; border-radius: 8px; font-weight: 600; }
+"""
+HOW_IT_WORKS = """A small **draft** model proposes the next few tokens; the **target** checks them all in one
+forward pass and keeps the longest prefix it agrees with, plus one token of its own. The output is the
+target's own output, token for token (greedy) or in distribution (sampling), only in fewer target passes.
+Both runs use the same device and warm models; which one runs first alternates from click to click."""
 
+try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
+    import spaces
 
-def demo_model_paths() -> dict[str, Path]:
-    """The random-weight demo pair, built on first use into the cache folder."""
-    from specdec.demo_models import build_demo_models
+    gpu_task = spaces.GPU(duration=120)
+except ImportError:
 
-    if not (DEMO_CACHE / "draft-separate" / "config.json").exists():
-        return build_demo_models(DEMO_CACHE)
-    return {name: DEMO_CACHE / name for name in ("target", "draft-separate", "draft-shared")}
-
-
-def transcribe(audio: str | None, language: str) -> tuple[str, str, str, dict]:
-    """Speculative and target-only transcripts of one clip, whether they are identical, and statistics."""
-    if audio is None:
-        raise gr.Error("Record or upload a clip first.")
-    options = DecodeOptions(language=None if language == "auto" else language)
-    try:
-        speculative = _whisper.transcribe_one(audio, options)
-        baseline = _whisper.transcribe_one(audio, options, speculative=False)
-    except AudioError as error:
-        raise gr.Error(str(error)) from error
-    same = speculative.token_ids == baseline.token_ids
-    identical = "✅ identical to the target alone" if same else "❌ DIFFERENT from the target alone"
-    stats = {"speculative": speculative.result.stats(), "baseline": baseline.result.stats()}
-    return speculative.text, baseline.text, identical, stats
+    def gpu_task(function):
+        return function
 
 
-def build_ui(banner: str) -> gr.Blocks:
-    with gr.Blocks(title="specdec: speculative Whisper") as demo:
-        gr.Markdown("# specdec: lossless speculative decoding for Whisper\n" + banner)
-        audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio")
-        language = gr.Dropdown(["auto", "en", "de", "fr", "es", "zh"], value="auto", label="Language")
-        run = gr.Button("Transcribe", variant="primary")
-        speculative = gr.Textbox(label="Speculative decoding")
-        baseline = gr.Textbox(label="Target alone")
-        identical = gr.Markdown()
-        stats = gr.JSON(label="Statistics")
-        outputs = [speculative, baseline, identical, stats]
-        run.click(transcribe, [audio, language], outputs, api_name="transcribe")
+compare_on_gpu = gpu_task(web.compare_clip)
+transcribe_on_gpu = gpu_task(web.transcribe_clip)
+
+
+def examples() -> list[list[str]]:
+    """[clip, reference text, language] for every example clip in assets/."""
+    rows = []
+    for clip in sorted(ASSETS.glob("*.wav")):
+        reference = clip.with_suffix(".txt").read_text(encoding="utf-8").strip()
+        rows.append([str(clip), reference, clip.stem.split("-")[0]])
+    return rows
+
+
+def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) -> str:
+    if load_error:
+        return f'<div class="specdec-banner" style="background:#fee2e2;color:#991b1b">⚠️ {load_error}</div>'
+    info = web.store_summary(store)
+    if demo_mode:
+        warning = (
+            "Demo mode: the models have random weights, so the transcripts are meaningless. "
+            "The decoding, the timings and the identical-output check are real. At this size the drafts "
+            "cost nearly as much as the target, so expect no speed-up here: that needs a small draft and a "
+            "large target (see the README's Performance section)."
+        )
+        return (
+            f'<div class="specdec-banner" style="background:#fef3c7;color:#92400e">🎲 {warning}</div>'
+            f"<p><small>{info}</small></p>"
+        )
+    return f"<p><small>{info}</small></p>"
+
+
+def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
+    """The Compare view wired to the store's handlers."""
+
+    def run_compare(
+        audio,
+        draft,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+        reference,
+        progress=gr.Progress(),
+    ):
+        request = web.CompareRequest(
+            audio,
+            draft,
+            language,
+            task,
+            timestamps,
+            draft_length,
+            num_draft_tokens,
+            temperature,
+            seed,
+            reference,
+        )
+        try:
+            view = compare_on_gpu(store, request, progress)
+        except web.UserError as error:
+            raise gr.Error(str(error), duration=None) from None
+        return (
+            view.baseline_text,
+            view.speculative_text,
+            view.verdict_html,
+            view.tokens_html,
+            view.metrics,
+            view.timeline,
+            view.steps,
+            view.breakdown,
+            view.wer_html,
+            web.details(view),
+        )
+
+    def run_transcribe(
+        audio,
+        draft,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+        progress=gr.Progress(),
+    ):
+        request = web.CompareRequest(
+            audio, draft, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed
+        )
+        try:
+            return transcribe_on_gpu(store, request, progress)
+        except web.UserError as error:
+            raise gr.Error(str(error), duration=None) from None
+
+    with gr.Blocks(title="specdec: speculative decoding for Whisper") as demo:
+        gr.Markdown("# specdec: lossless speculative decoding for Whisper")
+        gr.HTML(banner)
+        with gr.Accordion("How it works", open=False):
+            gr.Markdown(HOW_IT_WORKS)
+        with gr.Row():
+            with gr.Column(scale=3):
+                audio = gr.Audio(
+                    sources=["upload", "microphone"], type="filepath", label="Audio (up to 30 s)"
+                )
+                reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
+            with gr.Column(scale=2):
+                draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
+                with gr.Row():
+                    language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
+                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+                with gr.Row():
+                    draft_length = gr.Radio(["adaptive", "fixed"], value="adaptive", label="Draft length")
+                    num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
+                with gr.Row():
+                    temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
+                    seed = gr.Number(value=0, precision=0, label="Seed")
+                timestamps = gr.Checkbox(label="Timestamps")
+        with gr.Row():
+            run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
+            quick = gr.Button("Transcribe (speculative only)", variant="secondary")
+        gr.Examples(examples(), [audio, reference, language], label="Example clips (espeak-ng voices)")
+        verdict = gr.HTML(label="Verdict", elem_id="verdict")
+        with gr.Row():
+            baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
+            speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
+        gr.Markdown(
+            "### Speculative transcript, token by token (hover a token for its step and probabilities)"
+        )
+        tokens = gr.HTML(legend_html(), label="Tokens", elem_id="tokens")
+        metrics = gr.Dataframe(
+            headers=["metric", "target alone", "speculative"],
+            label="Metrics",
+            interactive=False,
+            elem_id="metrics",
+        )
+        with gr.Row():
+            timeline = gr.Plot(label="Tokens over time")
+            breakdown = gr.Plot(label="Time breakdown")
+        steps = gr.Plot(label="Per target pass")
+        word_errors = gr.HTML(label="Word error rate", elem_id="wer")
+        with gr.Accordion("Details (JSON)", open=False):
+            details = gr.JSON(label="Statistics")
+
+        settings = [
+            audio,
+            draft,
+            language,
+            task,
+            timestamps,
+            draft_length,
+            num_draft_tokens,
+            temperature,
+            seed,
+        ]
+        outputs = [
+            baseline_text,
+            speculative_text,
+            verdict,
+            tokens,
+            metrics,
+            timeline,
+            steps,
+            breakdown,
+            word_errors,
+            details,
+        ]
+        run.click(
+            run_compare,
+            [*settings, reference],
+            outputs,
+            api_name="compare",
+            concurrency_limit=1,
+            concurrency_id="models",
+        )
+        quick.click(
+            run_transcribe,
+            settings,
+            [speculative_text, tokens, details],
+            api_name="transcribe",
+            concurrency_limit=1,
+            concurrency_id="models",
+        )
     return demo
 
 
-def main() -> None:
-    global _whisper
+def make_store(args: argparse.Namespace) -> tuple[web.ModelStore, str | None]:
+    """The model store from the server's flags, its default pair loaded and warmed up (or why not)."""
+    if args.demo_models:
+        store = web.demo_store(args.device)
+    else:
+        drafts = {name: name for name in args.draft} if args.draft else web.DEFAULT_DRAFTS
+        store = web.ModelStore(args.target, drafts, args.device)
+    try:
+        store.whisper(store.default_draft)
+    except web.UserError as error:
+        return store, str(error)
+    return store, None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    demo_default = bool(os.environ.get("SPECDEC_DEMO_MODELS"))
-    parser.add_argument("--demo-models", action="store_true", default=demo_default)
-    parser.add_argument("--target", default="large-v3")
-    parser.add_argument("--draft", default="tiny")
+    parser.add_argument(
+        "--demo-models",
+        action="store_true",
+        default=bool(os.environ.get("SPECDEC_DEMO_MODELS")),
+        help="random-weight demo models, built offline (or set SPECDEC_DEMO_MODELS=1)",
+    )
+    parser.add_argument("--target", default=web.DEFAULT_TARGET, help="target: hub id or local folder")
+    parser.add_argument("--draft", action="append", help="allowed draft (repeat); replaces the default list")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    args = parser.parse_args()
-    banner = ""
-    target, draft = args.target, args.draft
-    if args.demo_models:
-        paths = demo_model_paths()
-        target, draft = str(paths["target"]), str(paths["draft-separate"])
-        banner = "**Demo mode: random weights, transcripts are meaningless;** the decoding is real."
-    try:
-        _whisper = SpeculativeWhisper.from_pair(load_pair(target, draft))
-    except PairError as error:
-        message = f"Could not load the models: {error}\nOffline? Start with: python app.py --demo-models"
-        raise SystemExit(message) from None
-    build_ui(banner).launch(server_name=args.host, server_port=args.port)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    store, load_error = make_store(args)
+    if load_error:
+        print(load_error)
+    demo = build_demo(store, banner_html(store, args.demo_models, load_error))
+    demo.queue(max_size=32, default_concurrency_limit=1)
+    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_FILE_SIZE, css=CSS)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,269 @@
+"""The web app's model store and handlers: plain functions that app.py wires into Gradio.
+
+The UI offers only the drafts in the store's allow-list; local folders come in only through the server's
+own flags. Models load once and are reused; every newly loaded pair is warmed up before its first timing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import plotly.graph_objects as go
+import torch
+
+from specdec import compare as comparing
+from specdec import highlight, plots, wer
+from specdec.audio import AudioError, load_audio
+from specdec.models import LoadedModel, PairError, load_model, make_pair, pick_device
+from specdec.options import DecodeOptions
+from specdec.transcriber import SpeculativeWhisper
+
+DEFAULT_TARGET = "openai/whisper-large-v3"
+DEFAULT_DRAFTS = {
+    "whisper-tiny (39M, any language)": "openai/whisper-tiny",
+    "distil-large-v3 (756M, English, shares the encoder)": "distil-whisper/distil-large-v3",
+    "whisper-large-v3-turbo (809M, 4 decoder layers)": "openai/whisper-large-v3-turbo",
+}
+DEMO_DRAFTS = {
+    "demo draft, separate encoder and vocabulary (like whisper-tiny)": "draft-separate",
+    "demo draft, shared encoder (like distil-large-v3)": "draft-shared",
+}
+DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
+OFFLINE_HINT = "Without network access, start the offline demo instead: python app.py --demo-models"
+
+
+class UserError(ValueError):
+    """A problem the person using the app can fix (bad audio, bad options, models unavailable)."""
+
+
+@dataclass
+class ModelStore:
+    """The allowed target and drafts, loaded on first use and kept; one lock for the model work."""
+
+    target_name: str
+    drafts: dict[str, str]  # label shown in the UI -> hub id or local folder
+    device: str = "auto"
+    _target: LoadedModel | None = None
+    _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _runs: itertools.count = field(default_factory=itertools.count)
+
+    @property
+    def default_draft(self) -> str:
+        return next(iter(self.drafts))
+
+    def whisper(self, draft_label: str) -> SpeculativeWhisper:
+        """The pair for one allowed draft, loaded and warmed up on first use."""
+        if draft_label not in self.drafts:
+            raise UserError(f"Unknown draft model {draft_label!r}; choose one from the list.")
+        with self._lock:
+            if draft_label not in self._whispers:
+                self._whispers[draft_label] = self._load(self.drafts[draft_label])
+            return self._whispers[draft_label]
+
+    def next_baseline_first(self) -> bool:
+        """Alternate which run goes first, one comparison to the next."""
+        return next(self._runs) % 2 == 0
+
+    def _load(self, draft_name: str) -> SpeculativeWhisper:
+        device = pick_device(self.device)
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+        try:
+            if self._target is None:
+                self._target = load_model(self.target_name, device, dtype)
+            whisper = SpeculativeWhisper.from_pair(
+                make_pair(self._target, load_model(draft_name, device, dtype))
+            )
+        except PairError as error:
+            raise UserError(f"Could not load the models: {error}. {OFFLINE_HINT}") from error
+        comparing.warm_up(whisper)
+        return whisper
+
+
+def demo_store(device: str = "auto") -> ModelStore:
+    """The random-weight demo target and drafts, built into the cache folder on first use."""
+    if not (DEMO_CACHE / "draft-shared" / "config.json").exists():
+        from specdec.demo_models import build_demo_models
+
+        build_demo_models(DEMO_CACHE)
+    drafts = {label: str(DEMO_CACHE / folder) for label, folder in DEMO_DRAFTS.items()}
+    return ModelStore(str(DEMO_CACHE / "target"), drafts, device)
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """What the Compare view asks for, as the UI's widgets give it."""
+
+    audio: str | None
+    draft: str
+    language: str = "auto"
+    task: str = "transcribe"
+    timestamps: bool = False
+    draft_length: str = "adaptive"  # "adaptive" or "fixed"
+    num_draft_tokens: int = 5
+    temperature: float = 0.0
+    seed: int | None = 0
+    reference: str = ""
+
+    def options(self) -> DecodeOptions:
+        try:
+            return DecodeOptions(
+                language=None if self.language in ("auto", "", None) else self.language,
+                task=self.task,
+                timestamps=bool(self.timestamps),
+                temperature=float(self.temperature),
+                seed=None if self.seed is None else int(self.seed),
+                num_draft_tokens=int(self.num_draft_tokens),
+                adaptive=self.draft_length == "adaptive",
+            )
+        except ValueError as error:
+            raise UserError(str(error)) from error
+
+
+@dataclass(frozen=True)
+class CompareView:
+    """Everything the Compare view shows for one clip."""
+
+    baseline_text: str
+    speculative_text: str
+    verdict_html: str
+    tokens_html: str
+    metrics: list[list[str]]
+    timeline: go.Figure
+    steps: go.Figure
+    breakdown: go.Figure
+    wer_html: str
+    comparison: comparing.Comparison
+    spans: list[highlight.TokenSpan]
+
+
+def compare_clip(store: ModelStore, request: CompareRequest, progress=None) -> CompareView:
+    """Load the clip, decode it both ways, and build every output of the Compare view."""
+    report = progress or (lambda *args, **kwargs: None)
+    if not request.audio:
+        raise UserError("Record or upload a clip first (or click one of the examples).")
+    options = request.options()
+    report(0.05, desc="Loading models")
+    whisper = store.whisper(request.draft)
+    report(0.15, desc="Reading audio")
+    try:
+        waveform = load_audio(request.audio)
+    except AudioError as error:
+        raise UserError(str(error)) from error
+    report(0.3, desc="Decoding: target alone and speculative")
+    comparison = comparing.compare(
+        whisper, waveform, options, store.next_baseline_first(), Path(request.audio).name
+    )
+    report(0.9, desc="Drawing")
+    return build_view(whisper, comparison, request.reference)
+
+
+def build_view(whisper: SpeculativeWhisper, comparison: comparing.Comparison, reference: str) -> CompareView:
+    """The Compare view's outputs from a finished comparison."""
+    target = whisper.pair.target
+    timestamp_begin = target.model.generation_config.no_timestamps_token_id + 1
+    spans = highlight.token_spans(comparison.speculative.result, target.processor.tokenizer, timestamp_begin)
+    baseline, speculative = comparison.baseline.result, comparison.speculative.result
+    return CompareView(
+        baseline_text=comparison.baseline.text,
+        speculative_text=comparison.speculative.text,
+        verdict_html=verdict_html(comparison),
+        tokens_html=highlight.spans_html(spans),
+        metrics=comparing.metrics_rows(comparison),
+        timeline=plots.timeline_figure(baseline, speculative),
+        steps=plots.steps_figure(speculative),
+        breakdown=plots.breakdown_figure(baseline, speculative),
+        wer_html=wer_html(reference, comparison),
+        comparison=comparison,
+        spans=spans,
+    )
+
+
+def verdict_html(comparison: comparing.Comparison) -> str:
+    """A green badge for identical outputs (or expected sampling differences), a loud red one otherwise."""
+    message, good = comparing.verdict(comparison)
+    icon, colour, border = ("✅", "#166534", "#22c55e") if good else ("🚨", "#991b1b", "#ef4444")
+    if good and not comparison.identical:
+        icon, colour, border = ("🎲", "#854d0e", "#eab308")
+    speed = f"decode {comparison.decode_speedup:.2f}x · acceptance " + (
+        "–"
+        if comparison.speculative.result.acceptance_rate is None
+        else f"{comparison.speculative.result.acceptance_rate:.0%}"
+    )
+    return (
+        f'<div class="specdec-verdict" style="border:2px solid {border};color:{colour};border-radius:8px;'
+        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small></div>'
+    )
+
+
+def wer_html(reference: str, comparison: comparing.Comparison) -> str:
+    """WER of both transcripts against the reference, with each word alignment; empty without a reference."""
+    if not reference or not reference.strip():
+        return "<i>Give a reference text to see the word error rate of both transcripts.</i>"
+    language = comparison.speculative.result.language
+    rows = []
+    for name, transcription in (
+        ("target alone", comparison.baseline),
+        ("speculative", comparison.speculative),
+    ):
+        try:
+            errors = wer.word_errors(reference, transcription.text, language)
+        except ValueError as error:
+            return f"<i>{error}</i>"
+        counts = f"{errors.substitutions} sub · {errors.deletions} del · {errors.insertions} ins"
+        rows.append(
+            f"<p><b>{name}</b>: WER {errors.wer:.1%} ({counts}, {errors.num_reference_words} reference words)"
+            f'<br><span class="specdec-alignment">{wer.alignment_html(errors)}</span></p>'
+        )
+    return "".join(rows)
+
+
+def transcribe_clip(store: ModelStore, request: CompareRequest, progress=None) -> tuple[str, str, dict]:
+    """Speculative decoding only: the transcript, its highlighted tokens and its statistics."""
+    report = progress or (lambda *args, **kwargs: None)
+    if not request.audio:
+        raise UserError("Record or upload a clip first (or click one of the examples).")
+    options = request.options()
+    report(0.1, desc="Loading models")
+    whisper = store.whisper(request.draft)
+    try:
+        waveform = load_audio(request.audio)
+    except AudioError as error:
+        raise UserError(str(error)) from error
+    report(0.3, desc="Decoding")
+    transcription = whisper.transcribe_waveform(waveform, options, name=Path(request.audio).name)
+    target = whisper.pair.target
+    timestamp_begin = target.model.generation_config.no_timestamps_token_id + 1
+    spans = highlight.token_spans(transcription.result, target.processor.tokenizer, timestamp_begin)
+    stats = {"language": transcription.language, "speculative": transcription.result.stats()}
+    return transcription.text, highlight.spans_html(spans), stats
+
+
+def details(view: CompareView) -> dict:
+    """Both runs' statistics and the labelled tokens, for the JSON panel and API clients."""
+    comparison = view.comparison
+    return {
+        "identical": comparison.identical,
+        "language": comparison.speculative.result.language,
+        "baseline_first": comparison.baseline_first,
+        "decode_speedup": comparison.decode_speedup,
+        "baseline": comparison.baseline.result.stats(),
+        "speculative": comparison.speculative.result.stats(),
+        "tokens": highlight.highlighted_pairs(view.spans),
+    }
+
+
+def store_summary(store: ModelStore) -> str:
+    """One line on the loaded target: name, size, device and precision."""
+    target = store._target
+    if target is None:
+        return f"Target: {store.target_name} (not loaded yet)"
+    parameter = next(target.model.parameters())
+    return (
+        f"Target: {target.name} ({target.num_parameters / 1e6:.0f}M parameters) on "
+        f"{parameter.device}, {str(parameter.dtype).removeprefix('torch.')}"
+    )
