@@ -32,7 +32,8 @@ DESCRIPTIONS = {
 STYLE = """<style>
 .specdec-tokens { line-height: 2.1; white-space: pre-wrap; font-size: 1.05rem; }
 .specdec-tokens .tok { border-radius: 4px; padding: 1px 1px; color: #111; }
-.specdec-tokens .rejected { margin: 0 3px; color: #c0262d; text-decoration: line-through; font-size: 0.85em; opacity: 0.85; }
+.specdec-tokens .rejected { margin: 0 3px; color: #c0262d; text-decoration: line-through;
+  font-size: 0.85em; opacity: 0.85; }
 .specdec-tokens .ts { font-family: monospace; font-size: 0.8em; }
 .specdec-legend span { display: inline-block; margin-right: 0.9em; font-size: 0.9rem; }
 .specdec-legend i { display: inline-block; width: 0.9em; height: 0.9em; border-radius: 3px;
