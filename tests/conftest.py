@@ -78,3 +78,24 @@ def pair_of_each_kind(request) -> tuple[DraftKind, SpeculativeWhisper]:
         DraftKind.SEPARATE_SAME_VOCAB: "same_vocabulary_pair",
     }[request.param]
     return request.param, request.getfixturevalue(fixture)
+
+
+@pytest.fixture(scope="session")
+def app_url(demo_models) -> str:
+    """app.py's page on the demo models, launched in-process on a free port (closed after the session)."""
+    import socket
+
+    import app
+    from specdec import web
+
+    drafts = {label: str(demo_models[folder]) for label, folder in web.DEMO_DRAFTS.items()}
+    store = web.ModelStore(str(demo_models["target"]), drafts, device="cpu")
+    store.whisper(store.default_draft)
+    demo = app.build_demo(store, app.banner_html(store, demo_mode=True, load_error=None))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    demo.queue(max_size=8, default_concurrency_limit=1)
+    demo.launch(server_port=port, prevent_thread_lock=True, max_file_size=app.MAX_FILE_SIZE, css=app.CSS)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()

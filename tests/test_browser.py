@@ -1,0 +1,44 @@
+"""One real browser: headless Chromium opens the page, uploads a clip, runs, and sees the coloured tokens.
+
+Uses the system Chromium (Debian's `chromium`, installed by scripts/test.sh); nothing is downloaded.
+Set SPECDEC_SCREENSHOTS=DIR to keep the screenshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CLIP = Path(__file__).parent.parent / "assets" / "en-fellow-americans.wav"
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (scripts/test.sh installs it)")
+
+
+def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url)
+        page.locator("input[type=file]").first.set_input_files(str(CLIP))
+        page.wait_for_selector("audio, .waveform-container, [data-testid='waveform-Audio (up to 30 s)']")
+        page.click("#run")
+        page.wait_for_selector("#tokens .specdec-tokens span.accepted", timeout=120_000)
+        page.wait_for_selector("#verdict .specdec-verdict")
+        verdict = page.inner_text("#verdict")
+        tokens = page.locator("#tokens .specdec-tokens span")
+        screenshot = tmp_path / "compare.png"
+        page.screenshot(path=str(screenshot), full_page=True)
+        count, rejected = tokens.count(), page.locator("#tokens span.rejected").count()
+        browser.close()
+    assert "Identical" in verdict
+    assert count > 5 and rejected > 0
+    assert screenshot.stat().st_size > 10_000
+    if os.environ.get("SPECDEC_SCREENSHOTS"):
+        shutil.copy(screenshot, Path(os.environ["SPECDEC_SCREENSHOTS"]) / "compare.png")
