@@ -79,7 +79,8 @@ class ModelStore:
                 make_pair(self._target, load_model(draft_name, device, dtype))
             )
         except PairError as error:
-            raise UserError(f"Could not load the models: {error}. {OFFLINE_HINT}") from error
+            message = f"Could not load the models {self.target_name} and {draft_name}. {OFFLINE_HINT}"
+            raise UserError(f"{message} (Details: {error})") from error
         comparing.warm_up(whisper)
         return whisper
 
