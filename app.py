@@ -9,6 +9,7 @@ Layout and wiring only; the handlers are plain functions in specdec/web.py.
 from __future__ import annotations
 
 import argparse
+import html
 import os
 from pathlib import Path
 
@@ -56,7 +57,10 @@ def examples() -> list[list[str]]:
 
 def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) -> str:
     if load_error:
-        return f'<div class="specdec-banner" style="background:#fee2e2;color:#991b1b">⚠️ {load_error}</div>'
+        message, _, details = load_error.partition(" (Details: ")
+        details = f"<br><small style='font-weight:400'>{html.escape(details.removesuffix(')'))}</small>"
+        style = "background:#fee2e2;color:#991b1b"
+        return f'<div class="specdec-banner" style="{style}">⚠️ {html.escape(message)}{details}</div>'
     info = web.store_summary(store)
     if demo_mode:
         warning = (

@@ -46,3 +46,23 @@ def test_bad_upload_is_an_error_and_the_app_keeps_serving(client, tmp_path):
         client.predict(handle_file(str(bad)), SHARED_DRAFT, api_name="/transcribe")
     text, tokens, stats = client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")
     assert text and "specdec-tokens" in tokens and stats["speculative"]["num_generated"] > 0
+
+
+def test_start_up_without_models_serves_a_plain_explanation(tmp_path):
+    import app
+
+    args = app.parse_args(["--target", str(tmp_path / "missing"), "--draft", str(tmp_path / "also-missing")])
+    store, load_error = app.make_store(args)
+    assert load_error and "python app.py --demo-models" in load_error
+    banner = app.banner_html(store, demo_mode=False, load_error=load_error)
+    assert banner.startswith('<div class="specdec-banner"') and "Traceback" not in banner
+
+
+def test_host_and_port_from_flags_and_gradio_variables(monkeypatch):
+    import app
+
+    assert (app.parse_args([]).host, app.parse_args([]).port) == ("127.0.0.1", 7860)
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
+    assert (app.parse_args([]).host, app.parse_args([]).port) == ("0.0.0.0", 7999)
+    assert app.parse_args(["--port", "8000"]).port == 8000
