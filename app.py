@@ -32,18 +32,30 @@ forward pass and keeps the longest prefix it agrees with, plus one token of its 
 target's own output, token for token (greedy) or in distribution (sampling), only in fewer target passes.
 Both runs use the same device and warm models; which one runs first alternates from click to click."""
 
+STORES: dict[str, web.ModelStore] = {}  # the served store, registered by build_demo
+
 try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
     import spaces
 
-    gpu_task = spaces.GPU(duration=120)
+    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=120), True
 except ImportError:
 
     def gpu_task(function):
         return function
 
+    ON_ZERO_GPU = False
 
-compare_on_gpu = gpu_task(web.compare_clip)
-transcribe_on_gpu = gpu_task(web.transcribe_clip)
+
+# ZeroGPU runs these in a worker process and pickles their arguments and results, so they take only
+# the request (the store, with its models and lock, is inherited by the worker, never pickled).
+@gpu_task
+def compare_on_gpu(request: web.CompareRequest, progress=None) -> web.CompareView:
+    return web.compare_clip(STORES["served"], request, progress)
+
+
+@gpu_task
+def transcribe_on_gpu(request: web.CompareRequest, progress=None) -> tuple[str, str, dict]:
+    return web.transcribe_clip(STORES["served"], request, progress)
 
 
 def examples() -> list[list[str]]:
@@ -78,6 +90,7 @@ def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) 
 
 def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
     """The Compare view wired to the store's handlers."""
+    STORES["served"] = store
 
     def run_compare(
         audio,
@@ -105,7 +118,7 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
             reference,
         )
         try:
-            view = compare_on_gpu(store, request, progress)
+            view = compare_on_gpu(request, None if ON_ZERO_GPU else progress)
         except web.UserError as error:
             raise gr.Error(str(error), duration=None) from None
         return (
@@ -137,7 +150,7 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
             audio, draft, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed
         )
         try:
-            return transcribe_on_gpu(store, request, progress)
+            return transcribe_on_gpu(request, None if ON_ZERO_GPU else progress)
         except web.UserError as error:
             raise gr.Error(str(error), duration=None) from None
 

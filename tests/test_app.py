@@ -193,3 +193,13 @@ def test_wer_known_answer_with_whisper_normaliser():
     html = alignment_html(errors)
     assert "<del>the</del>→<b>a</b>" in html and "+today" in html
     assert word_errors("Der Zug fährt ab.", "der zug fährt", "de").deletions == 1
+
+
+def test_requests_and_views_pickle_for_zero_gpu(view):
+    """ZeroGPU pickles a GPU task's arguments and results between processes."""
+    import pickle
+
+    request = web.CompareRequest(CLIP, SHARED, "en", reference="text")
+    assert pickle.loads(pickle.dumps(request)) == request
+    restored = pickle.loads(pickle.dumps(view))
+    assert restored.comparison.identical and restored.tokens_html == view.tokens_html
