@@ -66,3 +66,10 @@ def test_host_and_port_from_flags_and_gradio_variables(monkeypatch):
     monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
     assert (app.parse_args([]).host, app.parse_args([]).port) == ("0.0.0.0", 7999)
     assert app.parse_args(["--port", "8000"]).port == 8000
+
+
+def test_uploads_over_the_size_limit_are_refused(client, tmp_path):
+    big = tmp_path / "big.wav"
+    big.write_bytes(bytes(26 * 1024 * 1024))
+    with pytest.raises(Exception, match="(?i)size|large|413"):
+        client.predict(handle_file(str(big)), SHARED_DRAFT, api_name="/transcribe")
