@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -43,10 +44,15 @@ def language_token_id(generation_config: GenerationConfig, language: str) -> int
 
 
 def forced_prompt(
-    generation_config: GenerationConfig, language_id: int | None, options: DecodeOptions
+    generation_config: GenerationConfig,
+    language_id: int | None,
+    options: DecodeOptions,
+    previous_text: tuple[int, ...] = (),
 ) -> list[int]:
-    """`<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`, as generate() builds it."""
-    prompt = [generation_config.decoder_start_token_id]
+    """`[<|startofprev|> previous text]<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`,
+    as generate() builds it (with prompt_ids for the previous text)."""
+    prompt = [generation_config.prev_sot_token_id, *previous_text] if previous_text else []
+    prompt.append(generation_config.decoder_start_token_id)
     if getattr(generation_config, "is_multilingual", False) and language_id is not None:
         prompt += [language_id, generation_config.task_to_id[options.task]]
     if not options.timestamps:
@@ -93,13 +99,18 @@ def decode_features(
     draft_features: torch.Tensor | None,
     options: DecodeOptions,
     use_draft: bool = True,
+    wrap_drafter: Callable[[Drafter | None], Drafter] | None = None,
 ) -> DecodeResult:
-    """Decode one clip (features: (1, mel_bins, frames)); speculative when use_draft and a draft exists."""
+    """Decode one clip (features: (1, mel_bins, frames)); speculative when use_draft and a draft exists.
+
+    wrap_drafter, if given, replaces each window's drafter (None without a draft) with its own, e.g. live
+    hypothesis reuse. options.prompt_ids condition the first window only, as generate()'s prompt_ids do.
+    """
     clock_start = time.perf_counter()
     config = pair.target.model.generation_config
     use_draft = use_draft and pair.draft is not None
     generator = _generator(options, features.device)
-    seek, encoder_seconds, prompt, language_id = 0, 0.0, None, None
+    seek, encoder_seconds, first_prompt, language_id = 0, 0.0, None, None
     output: list[int] = []
     tokens: list[TokenRecord] = []
     steps: list[Step] = []
@@ -109,9 +120,10 @@ def decode_features(
         window_frames = min(features.shape[-1] - seek, WINDOW_FRAMES)
         hidden, seconds = encode(pair.target.model, window_features(features, seek))
         encoder_seconds += seconds
-        if prompt is None:
+        if first_prompt is None:
             language_id = _language_id(pair, config, options, hidden)
-            prompt = forced_prompt(config, language_id, options)
+        prompt = forced_prompt(config, language_id, options, options.prompt_ids if window == 0 else ())
+        first_prompt = first_prompt or prompt
         pipeline = LogitsPipeline(
             config, len(prompt), options.timestamps, options.temperature, options.top_p, hidden.device
         )
@@ -119,6 +131,8 @@ def decode_features(
         if use_draft:
             drafter, seconds = _drafter(pair, hidden, draft_features, seek, prompt, pipeline)
             encoder_seconds += seconds
+        if wrap_drafter is not None:
+            drafter = wrap_drafter(drafter)
         row = Row(list(prompt), len(prompt), options.num_draft_tokens)
         max_new_tokens = pair.target.model.config.max_target_positions - len(prompt)
         if options.max_new_tokens is not None:
@@ -141,7 +155,7 @@ def decode_features(
         seek += advance
     return DecodeResult(
         token_ids=tuple(output),
-        prompt_ids=tuple(prompt or ()),
+        prompt_ids=tuple(first_prompt or ()),
         language=_language_code(config, language_id),
         tokens=tuple(tokens),
         steps=tuple(steps),

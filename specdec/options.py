@@ -21,6 +21,7 @@ class DecodeOptions:
     max_draft_tokens: int = 12
     draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
     max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
+    prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before the first window
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

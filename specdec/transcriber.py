@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from specdec.audio import SAMPLE_RATE, AudioSource, load_audio
 from specdec.decoding import decode_features
 from specdec.models import DraftKind, LoadedModel, ModelPair, load_pair
 from specdec.options import DecodeOptions
+from specdec.speculative import Drafter
 from specdec.trace import DecodeResult
 
 
@@ -94,14 +95,21 @@ class SpeculativeWhisper:
         return self.transcribe_waveform(waveform, options, speculative, name=_describe(audio))
 
     def transcribe_waveform(
-        self, waveform: np.ndarray, options: DecodeOptions, speculative: bool = True, name: str = "audio"
+        self,
+        waveform: np.ndarray,
+        options: DecodeOptions,
+        speculative: bool = True,
+        name: str = "audio",
+        wrap_drafter: Callable[[Drafter | None], Drafter] | None = None,
     ) -> Transcription:
-        """A 16 kHz mono float32 waveform -> Transcription."""
+        """A 16 kHz mono float32 waveform -> Transcription (wrap_drafter: see `decode_features`)."""
         features = _features(self.pair.target, waveform)
         draft_features = None
         if speculative and self.pair.draft is not None and self.pair.kind is not DraftKind.SHARED_ENCODER:
             draft_features = _features(self.pair.draft, waveform)
-        result = decode_features(self.pair, features, draft_features, options, use_draft=speculative)
+        result = decode_features(
+            self.pair, features, draft_features, options, use_draft=speculative, wrap_drafter=wrap_drafter
+        )
         return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
 
     def decode_text(self, token_ids: Sequence[int]) -> str:
