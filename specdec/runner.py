@@ -14,6 +14,8 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
+from specdec import kernels
+
 
 @torch.inference_mode()
 def encode(model: WhisperForConditionalGeneration, features: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -30,6 +32,7 @@ class DecoderRunner:
 
     def __init__(self, model: WhisperForConditionalGeneration, encoder_hidden_states: torch.Tensor) -> None:
         self.model = model
+        kernels.install(model)  # oneDNN-packed decoder weights on CPU float32, used by feed() only
         self.encoder_outputs = BaseModelOutput(last_hidden_state=encoder_hidden_states)
         # as WhisperDecoder does: size the cache by decoder layers (config.num_hidden_layers is the encoder's)
         cache_config = copy.copy(model.config)
@@ -41,12 +44,13 @@ class DecoderRunner:
     def feed(self, token_ids: list[int]) -> torch.Tensor:
         """Append tokens to the cache; logits (len(token_ids), vocab) predicting the token after each."""
         input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.model.device)
-        output = self.model(
-            encoder_outputs=self.encoder_outputs,
-            decoder_input_ids=input_ids,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
+        with kernels.active():
+            output = self.model(
+                encoder_outputs=self.encoder_outputs,
+                decoder_input_ids=input_ids,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
         self.length += len(token_ids)
         return output.logits[0]
 
