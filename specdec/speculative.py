@@ -23,6 +23,8 @@ from specdec.runner import DecoderRunner
 from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, Step, TokenRecord
 from specdec.vocabulary import VocabularyMap
 
+MAX_PAUSE = 16  # adaptive drafting: longest run of target-only passes after the draft keeps failing
+
 
 @dataclass
 class Row:
@@ -34,6 +36,8 @@ class Row:
     tokens: list[TokenRecord] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     finished: bool = False
+    paused: int = 0  # adaptive: target-only passes left before the draft is tried again
+    backoff: int = 0  # adaptive: length of the last pause (doubles while the draft keeps failing)
 
     @property
     def generated(self) -> list[int]:
@@ -128,7 +132,7 @@ def decode_window(
     while not row.finished:
         step_start = time.perf_counter()
         budget = max_new_tokens - len(row.generated)
-        num_draft_tokens = min(row.num_draft_tokens, budget - 1) if drafter else 0
+        num_draft_tokens = min(row.num_draft_tokens, budget - 1) if drafter and not row.paused else 0
         proposal = (
             drafter.propose(row, num_draft_tokens, options, generator)
             if num_draft_tokens > 0
@@ -152,8 +156,8 @@ def decode_window(
                 start_seconds=step_start - clock_start,
             )
         )
-        if options.adaptive and proposal.tokens:
-            row.num_draft_tokens = _adapt(row.num_draft_tokens, num_draft_tokens, verdict.n_accepted, options)
+        if options.adaptive and drafter is not None:
+            _adapt(row, len(proposal.tokens), verdict.n_accepted, options)
         row.finished = row.finished or len(row.generated) >= max_new_tokens
     return row
 
@@ -215,10 +219,25 @@ def _accept(
     row.sequence.extend(new_tokens)
 
 
-def _adapt(current: int, used: int, n_accepted: int, options: DecodeOptions) -> int:
-    """Grow k after a fully accepted draft of full length, shrink it after a rejection; bounded."""
+def _adapt(row: Row, used: int, n_accepted: int, options: DecodeOptions) -> None:
+    """Grow k after a fully accepted draft of full length, shrink it after a rejection; bounded.
+
+    A draft already at the minimum length and rejected outright pauses drafting for 1, 2, 4, ...
+    MAX_PAUSE target-only passes; any accepted token ends the pauses. A useless draft then costs about
+    one draft step per MAX_PAUSE passes instead of one per pass, and a good one is never paused.
+    """
+    if row.paused:
+        row.paused -= 1  # this was a target-only pass
+        return
+    if not used:
+        return
+    current = row.num_draft_tokens
     if n_accepted == used and used == current:
-        return min(current + 1, options.max_draft_tokens)
-    if n_accepted < used:
-        return max(current - 1, options.min_draft_tokens)
-    return current
+        row.num_draft_tokens = min(current + 1, options.max_draft_tokens)
+    elif n_accepted < used:
+        row.num_draft_tokens = max(current - 1, options.min_draft_tokens)
+    if n_accepted == 0 and current == options.min_draft_tokens:
+        row.backoff = min(2 * row.backoff or 1, MAX_PAUSE)
+        row.paused = row.backoff
+    elif n_accepted > 0:
+        row.backoff = 0
