@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig
+from transformers import GenerationConfig, WhisperForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
@@ -30,6 +30,9 @@ from specdec.trace import DecodeResult, Step, TokenRecord
 WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
 INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
 MAX_WINDOWS = 64  # a guard against a window loop that stops advancing
+
+# (model, window features (1, mel_bins, 3000)) -> (encoder output (1, 1500, d_model), seconds)
+Encoder = Callable[[WhisperForConditionalGeneration, torch.Tensor], tuple[torch.Tensor, float]]
 
 
 def language_token_id(generation_config: GenerationConfig, language: str) -> int:
@@ -100,11 +103,14 @@ def decode_features(
     options: DecodeOptions,
     use_draft: bool = True,
     wrap_drafter: Callable[[Drafter | None], Drafter] | None = None,
+    encoder: Encoder = encode,
 ) -> DecodeResult:
     """Decode one clip (features: (1, mel_bins, frames)); speculative when use_draft and a draft exists.
 
     wrap_drafter, if given, replaces each window's drafter (None without a draft) with its own, e.g. live
     hypothesis reuse. options.prompt_ids condition the first window only, as generate()'s prompt_ids do.
+    encoder runs a model's encoder on one window; the benchmark passes a memo so that each clip is encoded
+    once per model (its seconds count as encoder time, never as decode time).
     """
     clock_start = time.perf_counter()
     config = pair.target.model.generation_config
@@ -118,7 +124,7 @@ def decode_features(
         if seek >= features.shape[-1]:
             break
         window_frames = min(features.shape[-1] - seek, WINDOW_FRAMES)
-        hidden, seconds = encode(pair.target.model, window_features(features, seek))
+        hidden, seconds = encoder(pair.target.model, window_features(features, seek))
         encoder_seconds += seconds
         if first_prompt is None:
             language_id = _language_id(pair, config, options, hidden)
@@ -129,7 +135,7 @@ def decode_features(
         )
         drafter = None
         if use_draft:
-            drafter, seconds = _drafter(pair, hidden, draft_features, seek, prompt, pipeline)
+            drafter, seconds = _drafter(pair, hidden, draft_features, seek, prompt, pipeline, encoder)
             encoder_seconds += seconds
         if wrap_drafter is not None:
             drafter = wrap_drafter(drafter)
@@ -197,12 +203,13 @@ def _drafter(
     seek: int,
     prompt: list[int],
     pipeline: LogitsPipeline,
+    encoder: Encoder = encode,
 ) -> tuple[Drafter, float]:
     """The draft's runner for this window: the target's encoder output if shared, else its own encoding."""
     seconds = 0.0
     if pair.kind is DraftKind.SHARED_ENCODER:
         hidden = target_hidden
     else:
-        hidden, seconds = encode(pair.draft.model, window_features(draft_features, seek))
+        hidden, seconds = encoder(pair.draft.model, window_features(draft_features, seek))
     runner = DecoderRunner(pair.draft.model, hidden)
     return Drafter(runner, pair.vocabulary, pair.vocabulary.prompt_to_draft(prompt), pipeline), seconds
