@@ -1,22 +1,30 @@
-"""Command line: `python -m specdec demo-models OUT_DIR` and `python -m specdec transcribe AUDIO...`.
+"""Command line: `python -m specdec demo-models OUT_DIR`, `python -m specdec transcribe AUDIO...` and
+`python -m specdec bench`.
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
-import sys
-from collections.abc import Sequence
+import os
 
-import numpy as np
+# Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores, and timings
+# (bench, --compare) are taken on shared machines; passive waiting costs nothing alone. Read by the
+# OpenMP runtime when torch loads, so it is set before anything imports torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from specdec.audio import SAMPLE_RATE, AudioError
-from specdec.models import PairError
-from specdec.options import TASKS, DecodeOptions
-from specdec.transcriber import SpeculativeWhisper, Transcription
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from specdec.audio import SAMPLE_RATE, AudioError  # noqa: E402
+from specdec.models import PairError  # noqa: E402
+from specdec.options import TASKS, DecodeOptions  # noqa: E402
+from specdec.transcriber import SpeculativeWhisper, Transcription  # noqa: E402
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
 EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
@@ -60,6 +68,28 @@ def _parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
     transcribe.add_argument("--json", action="store_true", help="one JSON object per file per line")
     transcribe.set_defaults(command=_transcribe)
+
+    bench = commands.add_parser(
+        "bench", help="time generate(), assisted generation and specdec side by side (see docs/benchmarks.md)"
+    )
+    bench.add_argument(
+        "--sizes",
+        choices=("small", "large-v3"),
+        default="small",
+        help="small: the demo models; large-v3: random weights, real large-v3/tiny/distil configs",
+    )
+    bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens, 2 rounds")
+    bench.add_argument("--audio", nargs="*", default=[], help="more clips besides assets/*.wav")
+    bench.add_argument("--alphas", type=float, nargs="+", default=None, help="controlled acceptance rates")
+    bench.add_argument("--num-draft-tokens", type=int, default=5, help="k of the fixed-k configurations")
+    bench.add_argument("--max-new-tokens", type=int, default=None, help="per clip (default 32 quick, 64)")
+    bench.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 2 quick, 3)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--cache-dir", default=None, help="where built models are kept (~/.cache/specdec/bench-models)"
+    )
+    bench.add_argument("--out", default="bench-results", help="folder for bench.json and bench.html")
+    bench.set_defaults(command=_bench)
     return parser
 
 
@@ -69,6 +99,29 @@ def _demo_models(args: argparse.Namespace) -> int:
     for name, path in build_demo_models(args.out_dir, seed=args.seed).items():
         print(f"{name}: {path}")
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specdec.bench import BenchOptions  # heavy; only this command needs them
+    from specdec.bench_report import run_and_report
+    from specdec.model_sizes import DEFAULT_CACHE
+
+    options = BenchOptions(
+        size=args.sizes,
+        quick=args.quick,
+        audio=tuple(args.audio),
+        alphas=tuple(args.alphas) if args.alphas else None,
+        num_draft_tokens=args.num_draft_tokens,
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        seed=args.seed,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
+    )
+    command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
+    report = run_and_report(options, Path(args.out), command.strip())
+    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
 
 
 def _transcribe(args: argparse.Namespace) -> int:

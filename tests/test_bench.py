@@ -5,12 +5,18 @@ Runs on the demo checkpoints (seconds). Timings are never asserted: they are ben
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
+from specdec import kernels
+from specdec.bench import BenchOptions
+from specdec.bench_report import leviathan_bound, run_and_report
 from specdec.controlled import controlled_draft, make_plan, plan_from
 from specdec.options import DecodeOptions
+from specdec.speculative import Row, _adapt
 from specdec.trace import DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
@@ -96,3 +102,56 @@ def test_without_plan_the_hook_changes_nothing(separate_pair):
         controlled.set_plan(None)
         hooked = separate_pair.transcribe_waveform(waveform, options).result
     assert [s.drafted for s in hooked.steps] == [s.drafted for s in plain.steps]
+
+
+def test_packed_kernels_match_stock_linear_and_stay_inside_the_loop():
+    layer = torch.nn.Linear(64, 96)
+    x = torch.randn(1, 6, 64)
+    stock = layer(x)
+    assert kernels.install(torch.nn.ModuleDict({"decoder": torch.nn.Sequential(layer)})) in (0, 1)
+    assert torch.equal(layer(x), stock), "outside active() a packed layer is the stock one"
+    with torch.inference_mode(), kernels.active():
+        packed = layer(x)
+    torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-5)
+
+
+def test_adaptive_pauses_a_useless_draft_and_resumes():
+    options = DecodeOptions(adaptive=True, num_draft_tokens=1)
+    row = Row(sequence=[0], prompt_length=1, num_draft_tokens=1)
+    drafted_at = []
+    for step in range(40):
+        if not row.paused:
+            drafted_at.append(step)
+            _adapt(row, used=1, n_accepted=0, options=options)
+        else:
+            _adapt(row, used=0, n_accepted=0, options=options)
+    assert drafted_at[:5] == [0, 2, 5, 10, 19] and len(drafted_at) == 6  # pauses 1, 2, 4, 8, 16, 16
+    _adapt(row, used=0, n_accepted=0, options=options)  # pauses run out ...
+    while row.paused:
+        _adapt(row, used=0, n_accepted=0, options=options)
+    _adapt(row, used=1, n_accepted=1, options=options)  # ... and one accepted token ends them
+    assert row.backoff == 0 and row.paused == 0 and row.num_draft_tokens == 2
+
+
+def test_bench_small_preset_runs_every_configuration_with_generates_output(tmp_path, capsys):
+    options = BenchOptions(
+        size="small", quick=True, alphas=(0.8,), max_new_tokens=6, repeats=1, cache_dir=tmp_path / "models"
+    )
+    report = run_and_report(options, tmp_path / "out", "python -m specdec bench --quick")
+    rows = {row["config"]: row for row in report["rows"]}
+    assert {"generate()", "specdec target-only", "assisted draft-shared k=5 α=0.8"} <= rows.keys()
+    assert all(row["identical"] for row in rows.values())
+    controlled = rows["specdec draft-shared k=5 α=0.8"]
+    assert controlled["bound"] > 0 and controlled["cost_ratio"] > 0 and 0 <= controlled["alpha"] <= 1
+    assert "assisted" not in " ".join(r for r in rows if "draft-separate" in r), (
+        "other vocabulary: no assisted"
+    )
+    assert json.loads((tmp_path / "out" / "bench.json").read_text())["goals"]
+    assert (tmp_path / "out" / "bench.html").stat().st_size > 1000
+    assert "configuration" in capsys.readouterr().out
+
+
+def test_leviathan_bound():
+    assert leviathan_bound(0.0, 5, 0.0) == 1.0
+    assert leviathan_bound(1.0, 4, 0.0) == 5.0
+    assert abs(leviathan_bound(0.8, 5, 0.1) - (1 - 0.8**6) / (0.2 * 1.5)) < 1e-12

@@ -1,0 +1,306 @@
+"""`python -m specdec bench`: every way to decode the same clips, timed side by side in one run.
+
+Configurations: transformers `generate()` (target alone), our loop target-only, transformers assisted
+generation (same-vocabulary drafts), and specdec with fixed and adaptive k, each with the draft's own
+choices and with controlled acceptance at planted rates α (`specdec.controlled`). Each clip is encoded
+once per model (decode times never include an encoder); configurations run interleaved, `repeats`
+rounds, and each clip's decode time is the median over rounds. Every configuration's output is compared
+with `generate()`'s. Statistics and the Leviathan et al. bound are in `specdec.bench_stats`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutput
+
+from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.controlled import AcceptancePlan, controlled_draft, plan_from
+from specdec.decoding import decode_features, window_features
+from specdec.model_sizes import DEFAULT_CACHE, PRESETS, bench_models
+from specdec.models import DraftKind, LoadedModel, ModelPair, load_model, make_pair
+from specdec.options import DecodeOptions
+from specdec.runner import encode
+from specdec.trace import DecodeResult
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+LANGUAGE = "en"  # forced for every configuration: no language-detection pass in any timing
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    size: str = "small"  # a model_sizes preset: "small" (demo models) or "large-v3" (real architectures)
+    quick: bool = False  # one clip, fewer α, fewer tokens and rounds
+    audio: tuple[str, ...] = ()  # more clips besides assets/*.wav
+    alphas: tuple[float, ...] | None = None  # controlled acceptance rates; None: by quick
+    num_draft_tokens: int = 5  # k of the fixed-k configurations (and the start of adaptive)
+    max_new_tokens: int | None = None  # per clip; None: 24 quick, 64 otherwise
+    repeats: int | None = None  # rounds; None: 2 quick, 3 otherwise
+    seed: int = 0  # model weights and acceptance plans
+    cache_dir: Path = DEFAULT_CACHE
+
+    @property
+    def rounds(self) -> int:
+        return self.repeats or (2 if self.quick else 3)
+
+    @property
+    def tokens(self) -> int:
+        return self.max_new_tokens or (32 if self.quick else 64)
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        return self.alphas or ((0.6, 0.8, 0.95) if self.quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0))
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of decoding; `name` labels it in tables and plots."""
+
+    name: str
+    engine: str  # "generate", "assisted" (transformers) or "specdec"
+    draft: str | None = None  # draft folder name; None: the target alone
+    alpha: float | None = None  # planted agreement rate; None: the draft's own choices
+    adaptive: bool = False
+    num_draft_tokens: int = 0
+
+
+@dataclass
+class Measurement:
+    """One configuration on one clip: the decode time of each round and the (deterministic) outcome."""
+
+    seconds: list[float] = field(default_factory=list)
+    draft_seconds: list[float] = field(default_factory=list)  # specdec: the draft's share of each round
+    verify_seconds: list[float] = field(default_factory=list)  # specdec: the target passes' share
+    token_ids: tuple[int, ...] = ()
+    target_passes: int = 0
+    result: DecodeResult | None = None  # specdec only
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.seconds)
+
+
+class EncoderMemo:
+    """`encode` once per (model, window features); later calls reuse the output and report 0 s."""
+
+    def __init__(self) -> None:
+        self.outputs: dict[tuple[int, str], torch.Tensor] = {}
+        self.seconds: dict[tuple[int, str], float] = {}
+
+    def __call__(self, model: WhisperForConditionalGeneration, features: torch.Tensor) -> tuple:
+        key = (id(model.model.encoder), hashlib.sha1(features.contiguous().numpy().tobytes()).hexdigest())
+        if key in self.outputs:
+            return self.outputs[key], 0.0
+        hidden, seconds = encode(model, features)
+        self.outputs[key], self.seconds[key] = hidden, seconds
+        return hidden, seconds
+
+
+@dataclass
+class Clip:
+    name: str
+    features: dict[str, torch.Tensor]  # per model folder name: log-mel features (1, mel_bins, frames)
+    encoder_seconds: dict[str, float] = field(default_factory=dict)  # window 0, per model
+    plans: dict[float, AcceptancePlan] = field(default_factory=dict)
+
+
+@contextmanager
+def count_calls(model: torch.nn.Module) -> Iterator[list[int]]:
+    """Count forward calls (target passes of transformers' loops) within the block."""
+    calls = [0]
+    handle = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        yield calls
+    finally:
+        handle.remove()
+
+
+class Bench:
+    """Models, clips and configurations of one benchmark run."""
+
+    def __init__(self, options: BenchOptions, log: Callable[[str], None] = print) -> None:
+        transformers.logging.set_verbosity_error()  # one max_length warning per generate() call otherwise
+        transformers.logging.disable_progress_bar()
+        self.options, self.log = options, log
+        preset = PRESETS[options.size]
+        paths = bench_models(options.size, options.cache_dir, options.seed)
+        start = time.perf_counter()
+        self.target = load_model(str(paths[preset.target]), torch.device("cpu"), torch.float32)
+        self.pairs: dict[str, ModelPair] = {}
+        for name in preset.drafts:
+            draft = load_model(str(paths[name]), torch.device("cpu"), torch.float32)
+            self.pairs[name] = make_pair(self.target, draft)
+        self.assistants = {
+            n: _assistant(p) for n, p in self.pairs.items() if p.kind is DraftKind.SHARED_ENCODER
+        }
+        log(f"loaded {options.size} models in {time.perf_counter() - start:.1f} s")
+        self.memo = EncoderMemo()
+        self.configs = self._configs()
+
+    def _configs(self) -> list[Config]:
+        k = self.options.num_draft_tokens
+        configs = [Config("generate()", "generate"), Config("specdec target-only", "specdec")]
+        for name in self.pairs:
+            configs.append(Config(f"specdec {name} k={k}", "specdec", name, num_draft_tokens=k))
+            configs.append(
+                Config(f"specdec {name} adaptive", "specdec", name, adaptive=True, num_draft_tokens=k)
+            )
+            # a useless draft (planted α = 0): what adaptive drafting costs when drafting cannot help
+            configs.append(Config(f"specdec {name} adaptive α=0", "specdec", name, 0.0, True, k))
+            if name in self.assistants:
+                configs.append(Config(f"assisted {name} k={k}", "assisted", name, num_draft_tokens=k))
+            for alpha in self.options.rates:
+                label = f"α={alpha:g}"
+                configs.append(Config(f"specdec {name} k={k} {label}", "specdec", name, alpha, False, k))
+                if name in self.assistants:
+                    configs.append(
+                        Config(f"assisted {name} k={k} {label}", "assisted", name, alpha, False, k)
+                    )
+        return configs
+
+    def clips(self) -> list[Clip]:
+        """assets/*.wav (quick: the first) and the given files, with features for every model."""
+        files = sorted(ASSETS.glob("*.wav"))[: 1 if self.options.quick else None]
+        clips = []
+        for path in [*files, *map(Path, self.options.audio)]:
+            waveform = load_audio(path)
+            features = {"target": _features(self.target, waveform)}
+            for name, pair in self.pairs.items():
+                if pair.kind is not DraftKind.SHARED_ENCODER:
+                    features[name] = _features(pair.draft, waveform)
+            clip = Clip(path.stem, features)
+            clip.encoder_seconds["target"] = self.memo(
+                self.target.model, window_features(features["target"], 0)
+            )[1]
+            for name, pair in self.pairs.items():
+                if name in features:
+                    hidden = self.memo(pair.draft.model, window_features(features[name], 0))
+                    clip.encoder_seconds[name] = hidden[1]
+            self.log(f"clip {clip.name}: encoders {clip.encoder_seconds}")
+            clips.append(clip)
+        return clips
+
+    def run(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
+        """Decode one clip one way; the measurement of this single run."""
+        if config.engine == "specdec":
+            return self._specdec(config, clip, max_new_tokens)
+        return self._transformers(config, clip, max_new_tokens)
+
+    def _specdec(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
+        pair = self.pairs.get(config.draft) or ModelPair(self.target, None, None, None)
+        options = DecodeOptions(
+            language=LANGUAGE,
+            max_new_tokens=max_new_tokens,
+            num_draft_tokens=config.num_draft_tokens or 1,
+            adaptive=config.adaptive,
+        )
+        draft_features = clip.features.get(config.draft)
+        with self._controlled(config, clip, pair):
+            result = decode_features(
+                pair,
+                clip.features["target"],
+                draft_features,
+                options,
+                config.draft is not None,
+                encoder=self.memo,
+            )
+        return Measurement(
+            [result.decode_seconds], [result.draft_seconds], [result.verify_seconds],
+            result.token_ids, result.num_target_passes, result,
+        )  # fmt: skip
+
+    def _transformers(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
+        kwargs = {"language": LANGUAGE, "max_new_tokens": max_new_tokens}
+        features = clip.features["target"]
+        if features.shape[-1] <= 3000 and len(self._plan_windows(clip)) <= 1:
+            # one window: give generate() the memoised encoder output, so that it times the decoder only
+            hidden = self.memo(self.target.model, window_features(features, 0))[0]
+            kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
+            encoder_seconds = 0.0
+        else:  # generate() seeks within the window and re-encodes: subtract what its encoder passes cost
+            kwargs["input_features"] = window_features(features, 0)
+            encoder_seconds = clip.encoder_seconds["target"] * len(self._plan_windows(clip))
+        if config.engine == "assisted":
+            kwargs["assistant_model"] = self.assistants[config.draft]
+            kwargs["assistant_model"].generation_config.num_assistant_tokens = config.num_draft_tokens
+        pair = self.pairs.get(config.draft)
+        with self._controlled(config, clip, pair), count_calls(self.target.model) as calls:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                output = self.target.model.generate(**kwargs)
+            seconds = time.perf_counter() - start - encoder_seconds
+        ids = output[0].tolist()
+        eos = self.target.model.generation_config.eos_token_id
+        while ids and ids[-1] == eos:  # end-of-text and padding
+            ids.pop()
+        return Measurement([seconds], token_ids=tuple(ids), target_passes=calls[0])
+
+    def _plan_windows(self, clip: Clip) -> tuple:
+        plan = next(iter(clip.plans.values()), None)
+        return plan.target_tokens if plan else ((),)
+
+    def _controlled(self, config: Config, clip: Clip, pair: ModelPair | None):
+        if config.alpha is None:
+            return nullcontext()
+        model = self.assistants[config.draft] if config.engine == "assisted" else None
+        controlled = controlled_draft(pair, prompt_length=4, model=model)  # sot, language, task, notimestamps
+        controlled.set_plan(clip.plans[config.alpha])
+        return controlled
+
+    def make_plans(self, clip: Clip, reference: DecodeResult, seed: int) -> None:
+        """Acceptance plans for every α from the target-only trace; one seed per clip, so the planned
+        agreements are nested across α (a position agreeing at α = 0.6 agrees at 0.8 too)."""
+        for alpha in {0.0, *self.options.rates}:
+            clip.plans[alpha] = plan_from(reference, alpha, seed=seed)
+
+
+def run_bench(options: BenchOptions, log: Callable[[str], None] = print) -> tuple[Bench, list[Clip], dict]:
+    """Every configuration on every clip in `options.rounds` interleaved rounds; by (config, clip)."""
+    bench = Bench(options, log)
+    clips = bench.clips()
+    tokens = options.tokens
+    reference = Config("specdec target-only", "specdec")
+    for index, clip in enumerate(clips):  # also warms our loop up
+        bench.make_plans(clip, bench.run(reference, clip, tokens).result, options.seed + index)
+    for config in bench.configs:  # first calls (allocations, lazy packing) are not timed
+        bench.run(config, clips[0], 2)
+    measurements = {(c.name, clip.name): Measurement() for c in bench.configs for clip in clips}
+    for round_index in range(options.rounds):
+        start = time.perf_counter()
+        shift = round_index % len(bench.configs)  # a different order each round: no config always first
+        for clip in clips:
+            for config in bench.configs[shift:] + bench.configs[:shift]:
+                measurement = bench.run(config, clip, tokens)
+                kept = measurements[(config.name, clip.name)]
+                kept.seconds += measurement.seconds
+                kept.draft_seconds += measurement.draft_seconds
+                kept.verify_seconds += measurement.verify_seconds
+                kept.token_ids, kept.target_passes = measurement.token_ids, measurement.target_passes
+                kept.result = measurement.result
+        log(f"round {round_index + 1}/{options.rounds}: {time.perf_counter() - start:.0f} s")
+    return bench, clips, measurements
+
+
+def _features(model: LoadedModel, waveform) -> torch.Tensor:
+    extractor = model.processor.feature_extractor
+    return extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+
+
+def _assistant(pair: ModelPair) -> WhisperForCausalLM:
+    """The shared-encoder draft as transformers documents it for assisted generation: decoder only."""
+    draft = pair.draft.model
+    assistant = WhisperForCausalLM(draft.config).eval()
+    state = {k: v for k, v in draft.state_dict().items() if k.startswith(("model.decoder.", "proj_out."))}
+    assistant.load_state_dict(state, strict=True)
+    assistant.generation_config = draft.generation_config
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    return assistant
