@@ -5,7 +5,7 @@ generation (same-vocabulary drafts), and specdec with fixed and adaptive k, each
 choices and with controlled acceptance at planted rates α (`specdec.controlled`). Each clip is encoded
 once per model (decode times never include an encoder); configurations run interleaved, `repeats`
 rounds, and each clip's decode time is the median over rounds. Every configuration's output is compared
-with `generate()`'s. Statistics and the Leviathan et al. bound are in `specdec.bench_stats`.
+with `generate()`'s. Statistics and the Leviathan et al. bound are in `specdec.bench_report`.
 """
 
 from __future__ import annotations
@@ -39,18 +39,18 @@ LANGUAGE = "en"  # forced for every configuration: no language-detection pass in
 @dataclass(frozen=True)
 class BenchOptions:
     size: str = "small"  # a model_sizes preset: "small" (demo models) or "large-v3" (real architectures)
-    quick: bool = False  # one clip, fewer α, fewer tokens and rounds
+    quick: bool = False  # one clip, α in (0.6, 0.8, 0.95), 32 tokens
     audio: tuple[str, ...] = ()  # more clips besides assets/*.wav
     alphas: tuple[float, ...] | None = None  # controlled acceptance rates; None: by quick
     num_draft_tokens: int = 5  # k of the fixed-k configurations (and the start of adaptive)
     max_new_tokens: int | None = None  # per clip; None: 24 quick, 64 otherwise
-    repeats: int | None = None  # rounds; None: 2 quick, 3 otherwise
+    repeats: int | None = None  # interleaved rounds; None: 3
     seed: int = 0  # model weights and acceptance plans
     cache_dir: Path = DEFAULT_CACHE
 
     @property
     def rounds(self) -> int:
-        return self.repeats or (2 if self.quick else 3)
+        return self.repeats or 3
 
     @property
     def tokens(self) -> int:
@@ -80,6 +80,7 @@ class Measurement:
     seconds: list[float] = field(default_factory=list)
     draft_seconds: list[float] = field(default_factory=list)  # specdec: the draft's share of each round
     verify_seconds: list[float] = field(default_factory=list)  # specdec: the target passes' share
+    prefill_seconds: list[float] = field(default_factory=list)  # the first target pass of each round
     token_ids: tuple[int, ...] = ()
     target_passes: int = 0
     result: DecodeResult | None = None  # specdec only
@@ -87,6 +88,11 @@ class Measurement:
     @property
     def median_seconds(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def median_steady_seconds(self) -> float:
+        """Decode time after the first target pass (which builds the cross-attention keys and values)."""
+        return statistics.median(t - p for t, p in zip(self.seconds, self.prefill_seconds, strict=True))
 
 
 class EncoderMemo:
@@ -113,15 +119,38 @@ class Clip:
     plans: dict[float, AcceptancePlan] = field(default_factory=dict)
 
 
+@dataclass
+class PassTimer:
+    calls: int = 0
+    first_seconds: float = 0.0
+    _start: float = 0.0
+
+
 @contextmanager
-def count_calls(model: torch.nn.Module) -> Iterator[list[int]]:
-    """Count forward calls (target passes of transformers' loops) within the block."""
-    calls = [0]
-    handle = model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+def target_passes(model: torch.nn.Module) -> Iterator[PassTimer]:
+    """Count the target's forward passes within the block, and time the first one.
+
+    The first pass computes every layer's cross-attention keys and values from the encoder output
+    (2 x 32 products of 1500 x 1280 by 1280 x 1280 for large-v3: ~1.2 s here), the same work in every
+    configuration and once per window: timed apart, so that per-token speed is not hidden behind it.
+    """
+    timer = PassTimer()
+
+    def before(*_: object) -> None:
+        timer.calls += 1
+        if timer.calls == 1:
+            timer._start = time.perf_counter()
+
+    def after(*_: object) -> None:
+        if timer.calls == 1 and not timer.first_seconds:
+            timer.first_seconds = time.perf_counter() - timer._start
+
+    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
     try:
-        yield calls
+        yield timer
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
 
 
 class Bench:
@@ -204,7 +233,7 @@ class Bench:
             adaptive=config.adaptive,
         )
         draft_features = clip.features.get(config.draft)
-        with self._controlled(config, clip, pair):
+        with self._controlled(config, clip, pair), target_passes(self.target.model) as passes:
             result = decode_features(
                 pair,
                 clip.features["target"],
@@ -214,7 +243,7 @@ class Bench:
                 encoder=self.memo,
             )
         return Measurement(
-            [result.decode_seconds], [result.draft_seconds], [result.verify_seconds],
+            [result.decode_seconds], [result.draft_seconds], [result.verify_seconds], [passes.first_seconds],
             result.token_ids, result.num_target_passes, result,
         )  # fmt: skip
 
@@ -233,7 +262,7 @@ class Bench:
             kwargs["assistant_model"] = self.assistants[config.draft]
             kwargs["assistant_model"].generation_config.num_assistant_tokens = config.num_draft_tokens
         pair = self.pairs.get(config.draft)
-        with self._controlled(config, clip, pair), count_calls(self.target.model) as calls:
+        with self._controlled(config, clip, pair), target_passes(self.target.model) as passes:
             start = time.perf_counter()
             with torch.inference_mode():
                 output = self.target.model.generate(**kwargs)
@@ -242,7 +271,12 @@ class Bench:
         eos = self.target.model.generation_config.eos_token_id
         while ids and ids[-1] == eos:  # end-of-text and padding
             ids.pop()
-        return Measurement([seconds], token_ids=tuple(ids), target_passes=calls[0])
+        return Measurement(
+            [seconds],
+            prefill_seconds=[passes.first_seconds],
+            token_ids=tuple(ids),
+            target_passes=passes.calls,
+        )
 
     def _plan_windows(self, clip: Clip) -> tuple:
         plan = next(iter(clip.plans.values()), None)
@@ -284,6 +318,7 @@ def run_bench(options: BenchOptions, log: Callable[[str], None] = print) -> tupl
                 kept.seconds += measurement.seconds
                 kept.draft_seconds += measurement.draft_seconds
                 kept.verify_seconds += measurement.verify_seconds
+                kept.prefill_seconds += measurement.prefill_seconds
                 kept.token_ids, kept.target_passes = measurement.token_ids, measurement.target_passes
                 kept.result = measurement.result
         log(f"round {round_index + 1}/{options.rounds}: {time.perf_counter() - start:.0f} s")

@@ -4,8 +4,13 @@ Leviathan et al. (2023): with per-token acceptance α, k drafted tokens per targ
 c = (one draft step) / (one target step), the expected speedup over the target alone is
 (1 - α^(k+1)) / ((1 - α)(k·c + 1)). α is measured as accepted / judged draft tokens (a rejected token
 ends a draft; the tokens after it are never judged), c as the draft's seconds per drafted token over
-our target-only loop's seconds per token, and efficiency as the measured speedup over our target-only
-loop (same kernels, same loop) divided by the bound.
+our target-only loop's seconds per token step, and efficiency as the measured speedup over our
+target-only loop (same kernels, same loop) divided by the bound.
+
+Decode time (after the encoder) is split into the first target pass, which builds the cross-attention
+keys and values once per window and costs the same in every configuration, and the token steps after
+it ("steady"). The bound is a per-token model, so speedups and efficiency are computed on the steady
+part; the whole decode time and its speedups are reported too.
 """
 
 from __future__ import annotations
@@ -37,14 +42,18 @@ def summarise(
     def total(name: str) -> float:
         return sum(measurements[(name, clip.name)].median_seconds for clip in clips)
 
+    def steady(name: str) -> float:
+        return sum(measurements[(name, clip.name)].median_steady_seconds for clip in clips)
+
     reference = {clip.name: measurements[("generate()", clip.name)].token_ids for clip in clips}
-    generate_seconds, loop_seconds = total("generate()"), total("specdec target-only")
-    loop_tokens = sum(len(measurements[("specdec target-only", c.name)].token_ids) for c in clips)
-    seconds_per_token = loop_seconds / max(loop_tokens, 1)
+    generate_seconds, loop_seconds = steady("generate()"), steady("specdec target-only")
+    generate_total, loop_total = total("generate()"), total("specdec target-only")
+    loop_steps = sum(len(measurements[("specdec target-only", c.name)].token_ids) - 1 for c in clips)
+    seconds_per_token = loop_seconds / max(loop_steps, 1)
     rows = []
     for config in bench.configs:
         runs = [measurements[(config.name, clip.name)] for clip in clips]
-        decode = total(config.name)
+        decode, steady_seconds = total(config.name), steady(config.name)
         tokens = sum(len(run.token_ids) for run in runs)
         row = {
             "config": config.name,
@@ -55,11 +64,15 @@ def summarise(
             "k": config.num_draft_tokens or None,
             "decode_seconds": decode,
             "decode_seconds_per_round": [sum(r) for r in zip(*(run.seconds for run in runs), strict=True)],
+            "first_pass_seconds": decode - steady_seconds,
+            "steady_seconds": steady_seconds,
             "encoder_seconds": sum(_encoder_seconds(config, clip) for clip in clips),
             "tokens": tokens,
             "tokens_per_second": tokens / decode if decode else 0.0,
-            "speedup_vs_generate": generate_seconds / decode,
-            "speedup_vs_target_loop": loop_seconds / decode,
+            "speedup_vs_generate": generate_seconds / steady_seconds,
+            "speedup_vs_target_loop": loop_seconds / steady_seconds,
+            "decode_speedup_vs_generate": generate_total / decode,
+            "decode_speedup_vs_target_loop": loop_total / decode,
             "target_passes": sum(run.target_passes for run in runs),
             "identical": all(
                 run.token_ids == reference[clip.name] for run, clip in zip(runs, clips, strict=True)
@@ -123,16 +136,12 @@ def goals(rows: list[dict], drafts: list[str], k: int) -> list[dict]:
         )
         assisted = by_name.get(f"assisted {draft} k={k} α=0.8")
         if assisted is not None and row is not None:
-            ratio = assisted["decode_seconds"] / row["decode_seconds"]
+            ratio = assisted["steady_seconds"] / row["steady_seconds"]
             found.append(_goal(f"speedup over assisted generation {draft} α=0.8", ratio, ">=", 1.2))
-        adaptive = by_name.get(f"specdec {draft} adaptive")
-        if adaptive is not None:
-            slowdown = 1 / adaptive["speedup_vs_target_loop"] - 1
-            found.append(
-                _goal(
-                    f"adaptive slowdown, own draft ({draft}, α={adaptive['alpha']:.2f})", slowdown, "<", 0.1
-                )
-            )
+        useless = by_name.get(f"specdec {draft} adaptive α=0")
+        if useless is not None:
+            slowdown = 1 / useless["speedup_vs_target_loop"] - 1
+            found.append(_goal(f"adaptive slowdown vs target-only, {draft} α=0", slowdown, "<", 0.1))
     return found
 
 
@@ -144,15 +153,16 @@ def _goal(name: str, value: float | None, relation: str, threshold: float) -> di
 def table(rows: list[dict]) -> str:
     """A fixed-width text table of the rows."""
     header = (
-        f"{'configuration':<42}{'decode s':>9}{'tok/s':>7}{'x gen':>7}{'x loop':>7}"
-        f"{'α':>6}{'tok/pass':>9}{'c':>7}{'bound':>7}{'eff':>6}  same"
+        f"{'configuration':<40}{'decode s':>9}{'1st pass':>9}{'steady':>8}{'x gen':>7}{'x loop':>7}"
+        f"{'α':>6}{'tok/pass':>9}{'c':>7}{'bound':>7}{'eff':>6}{'x gen all':>10}  same"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
         cells = [
-            f"{row['config']:<42}",
+            f"{row['config']:<40}",
             f"{row['decode_seconds']:>9.2f}",
-            f"{row['tokens_per_second']:>7.1f}",
+            f"{row['first_pass_seconds']:>9.2f}",
+            f"{row['steady_seconds']:>8.2f}",
             f"{row['speedup_vs_generate']:>7.2f}",
             f"{row['speedup_vs_target_loop']:>7.2f}",
             _cell(row.get("alpha"), 6, ".2f"),
@@ -160,6 +170,7 @@ def table(rows: list[dict]) -> str:
             _cell(row.get("cost_ratio"), 7, ".3f"),
             _cell(row.get("bound"), 7, ".2f"),
             _cell(row.get("efficiency"), 6, ".2f"),
+            f"{row['decode_speedup_vs_generate']:>10.2f}",
             "  yes" if row["identical"] else "  NO: " + ",".join(row["mismatched_clips"]),
         ]
         lines.append("".join(cells))

@@ -78,12 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         default="small",
         help="small: the demo models; large-v3: random weights, real large-v3/tiny/distil configs",
     )
-    bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens, 2 rounds")
+    bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens")
     bench.add_argument("--audio", nargs="*", default=[], help="more clips besides assets/*.wav")
     bench.add_argument("--alphas", type=float, nargs="+", default=None, help="controlled acceptance rates")
     bench.add_argument("--num-draft-tokens", type=int, default=5, help="k of the fixed-k configurations")
     bench.add_argument("--max-new-tokens", type=int, default=None, help="per clip (default 32 quick, 64)")
-    bench.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 2 quick, 3)")
+    bench.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 3)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument(
         "--cache-dir", default=None, help="where built models are kept (~/.cache/specdec/bench-models)"
