@@ -106,17 +106,10 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
-            audio,
-            draft,
-            language,
-            task,
-            timestamps,
-            draft_length,
-            num_draft_tokens,
-            temperature,
-            seed,
-            reference,
-        )
+            audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
+            seed=seed, reference=reference, baseline_first=store.next_baseline_first(),
+        )  # fmt: skip
         try:
             view = compare_on_gpu(request, None if ON_ZERO_GPU else progress)
         except web.UserError as error:
@@ -147,8 +140,9 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
-            audio, draft, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed
-        )
+            audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
+        )  # fmt: skip
         try:
             return transcribe_on_gpu(request, None if ON_ZERO_GPU else progress)
         except web.UserError as error:
@@ -252,8 +246,10 @@ def make_store(args: argparse.Namespace) -> tuple[web.ModelStore, str | None]:
     else:
         drafts = {name: name for name in args.draft} if args.draft else web.DEFAULT_DRAFTS
         store = web.ModelStore(args.target, drafts, args.device)
-    try:
-        store.whisper(store.default_draft)
+    store.warm_up = not ON_ZERO_GPU
+    try:  # on ZeroGPU every draft loads now: the GPU worker is forked per call and keeps nothing
+        for draft in store.drafts if ON_ZERO_GPU else [store.default_draft]:
+            store.whisper(draft)
     except web.UserError as error:
         return store, str(error)
     return store, None
@@ -264,7 +260,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--demo-models",
         action="store_true",
-        default=bool(os.environ.get("SPECDEC_DEMO_MODELS")),
+        default=os.environ.get("SPECDEC_DEMO_MODELS", "").lower() not in ("", "0", "false", "no"),
         help="random-weight demo models, built offline (or set SPECDEC_DEMO_MODELS=1)",
     )
     parser.add_argument("--target", default=web.DEFAULT_TARGET, help="target: hub id or local folder")

@@ -14,6 +14,7 @@ from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, DecodeResult
 
 REJECTED = "rejected"  # drafted, refused by the target, not in the output
 TIMESTAMP_SECONDS = 0.02  # one timestamp token step
+END_OF_TEXT = "⟨end⟩"
 
 COLOURS = {
     ACCEPTED: "#b7ebc0",
@@ -50,21 +51,25 @@ class TokenSpan:
     step: int
     target_prob: float | None
     draft_prob: float | None
+    kept: bool = True  # False for end-of-text, shown as ⟨end⟩ but not part of the transcript
 
 
 def token_spans(result: DecodeResult, tokenizer, timestamp_begin: int) -> list[TokenSpan]:
-    """The kept tokens in output order, with each step's rejected draft tokens before its correction."""
+    """Kept tokens in order (and end-of-text), with each step's rejected drafts before its correction."""
     steps = {step.index: step for step in result.steps}
-    kept = [record for record in result.tokens if record.kept]
-    texts = _token_texts([record.token_id for record in kept], tokenizer, timestamp_begin)
-    spans = []
-    for record, text in zip(kept, texts, strict=True):
+    shown = [r for r in result.tokens if r.kept or r.token_id == tokenizer.eos_token_id]
+    texts = _token_texts([record.token_id for record in shown if record.kept], tokenizer, timestamp_begin)
+    spans, kept_texts = [], iter(texts)
+    for record in shown:
         if record.label == CORRECTED:
             step = steps[record.step]
             for token_id in step.drafted[step.n_accepted :]:
                 draft_text = _token_texts([token_id], tokenizer, timestamp_begin)[0]
                 spans.append(TokenSpan(draft_text, REJECTED, record.step, None, None))
-        spans.append(TokenSpan(text, record.label, record.step, record.target_prob, record.draft_prob))
+        text = next(kept_texts) if record.kept else END_OF_TEXT
+        spans.append(
+            TokenSpan(text, record.label, record.step, record.target_prob, record.draft_prob, record.kept)
+        )
     return spans
 
 
@@ -83,6 +88,11 @@ def _token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[
             pending = []
             texts.append(f"⟨{(token_id - timestamp_begin) * TIMESTAMP_SECONDS:.2f}⟩")
             continue
+        if token_id in tokenizer.all_special_ids:
+            texts += [""] * len(pending[:-1]) + ([_decode(pending, tokenizer)] if pending else [])
+            pending = []
+            texts.append(_special_text(token_id, tokenizer))
+            continue
         pending.append(token_id)
         text = _decode(pending, tokenizer)
         if text.endswith("\ufffd") and len(pending) < 4:  # an incomplete UTF-8 character so far
@@ -92,6 +102,13 @@ def _token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[
     if pending:
         texts += [""] * (len(pending) - 1) + [_decode(pending, tokenizer)]
     return texts
+
+
+def _special_text(token_id: int, tokenizer) -> str:
+    """⟨end⟩ for end-of-text, ⟨name⟩ for other special tokens (a draft may propose them)."""
+    if token_id == tokenizer.eos_token_id:
+        return END_OF_TEXT
+    return "⟨" + tokenizer.convert_ids_to_tokens(token_id).strip("<|>") + "⟩"
 
 
 def _decode(token_ids: list[int], tokenizer) -> str:

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import torch
+from transformers import GenerationConfig
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec import compare as comparing
 from specdec import highlight, plots, wer
 from specdec.audio import AudioError, load_audio
+from specdec.decoding import language_token_id
 from specdec.models import LoadedModel, PairError, load_model, make_pair, pick_device
 from specdec.options import DecodeOptions
 from specdec.transcriber import SpeculativeWhisper
@@ -36,6 +39,9 @@ DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "spec
 OFFLINE_HINT = "Without network access, start the offline demo instead: python app.py --demo-models"
 
 
+LANGUAGE_IDS = {f"<|{code}|>": index for index, code in enumerate(LANGUAGES)}  # for checking names only
+
+
 class UserError(ValueError):
     """A problem the person using the app can fix (bad audio, bad options, models unavailable)."""
 
@@ -47,6 +53,7 @@ class ModelStore:
     target_name: str
     drafts: dict[str, str]  # label shown in the UI -> hub id or local folder
     device: str = "auto"
+    warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
     _target: LoadedModel | None = None
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -65,6 +72,10 @@ class ModelStore:
                 self._whispers[draft_label] = self._load(self.drafts[draft_label])
             return self._whispers[draft_label]
 
+    @property
+    def loaded_target(self) -> LoadedModel | None:
+        return self._target
+
     def next_baseline_first(self) -> bool:
         """Alternate which run goes first, one comparison to the next."""
         return next(self._runs) % 2 == 0
@@ -81,7 +92,8 @@ class ModelStore:
         except PairError as error:
             message = f"Could not load the models {self.target_name} and {draft_name}. {OFFLINE_HINT}"
             raise UserError(f"{message} (Details: {error})") from error
-        comparing.warm_up(whisper)
+        if self.warm_up:
+            comparing.warm_up(whisper)
         return whisper
 
 
@@ -109,9 +121,12 @@ class CompareRequest:
     temperature: float = 0.0
     seed: int | None = 0
     reference: str = ""
+    baseline_first: bool | None = None  # None: alternate (ZeroGPU's worker cannot keep the count)
 
     def options(self) -> DecodeOptions:
         try:
+            if self.language not in ("auto", "", None):
+                language_token_id(GenerationConfig(lang_to_id=LANGUAGE_IDS), self.language)
             return DecodeOptions(
                 language=None if self.language in ("auto", "", None) else self.language,
                 task=self.task,
@@ -151,16 +166,17 @@ def compare_clip(store: ModelStore, request: CompareRequest, progress=None) -> C
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.draft)
     report(0.15, desc="Reading audio")
-    try:
-        waveform = load_audio(request.audio)
-    except AudioError as error:
-        raise UserError(str(error)) from error
+    waveform = _read_audio(request.audio)
     report(0.3, desc="Decoding: target alone and speculative")
     comparison = comparing.compare(
-        whisper, waveform, options, store.next_baseline_first(), Path(request.audio).name
+        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name
     )
     report(0.9, desc="Drawing")
     return build_view(whisper, comparison, request.reference)
+
+
+def _baseline_first(store: ModelStore, request: CompareRequest) -> bool:
+    return store.next_baseline_first() if request.baseline_first is None else request.baseline_first
 
 
 def build_view(whisper: SpeculativeWhisper, comparison: comparing.Comparison, reference: str) -> CompareView:
@@ -205,7 +221,8 @@ def wer_html(reference: str, comparison: comparing.Comparison) -> str:
     """WER of both transcripts against the reference, with each word alignment; empty without a reference."""
     if not reference or not reference.strip():
         return "<i>Give a reference text to see the word error rate of both transcripts.</i>"
-    language = comparison.speculative.result.language
+    translated = comparison.options.task == "translate"
+    language = "en" if translated else comparison.speculative.result.language
     rows = []
     for name, transcription in (
         ("target alone", comparison.baseline),
@@ -223,6 +240,14 @@ def wer_html(reference: str, comparison: comparing.Comparison) -> str:
     return "".join(rows)
 
 
+def _read_audio(path: str):
+    """The clip at 16 kHz, or a UserError naming the file (not the server's temporary path)."""
+    try:
+        return load_audio(path)
+    except AudioError as error:
+        raise UserError(str(error).replace(str(path), Path(path).name)) from error
+
+
 def transcribe_clip(store: ModelStore, request: CompareRequest, progress=None) -> tuple[str, str, dict]:
     """Speculative decoding only: the transcript, its highlighted tokens and its statistics."""
     report = progress or (lambda *args, **kwargs: None)
@@ -231,10 +256,7 @@ def transcribe_clip(store: ModelStore, request: CompareRequest, progress=None) -
     options = request.options()
     report(0.1, desc="Loading models")
     whisper = store.whisper(request.draft)
-    try:
-        waveform = load_audio(request.audio)
-    except AudioError as error:
-        raise UserError(str(error)) from error
+    waveform = _read_audio(request.audio)
     report(0.3, desc="Decoding")
     transcription = whisper.transcribe_waveform(waveform, options, name=Path(request.audio).name)
     target = whisper.pair.target
@@ -260,7 +282,7 @@ def details(view: CompareView) -> dict:
 
 def store_summary(store: ModelStore) -> str:
     """One line on the loaded target: name, size, device and precision."""
-    target = store._target
+    target = store.loaded_target
     if target is None:
         return f"Target: {store.target_name} (not loaded yet)"
     parameter = next(target.model.parameters())

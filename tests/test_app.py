@@ -11,7 +11,8 @@ import soundfile as sf
 
 from specdec import highlight, plots, web
 from specdec.compare import Comparison, verdict
-from specdec.trace import CORRECTED
+from specdec.options import DecodeOptions
+from specdec.trace import ACCEPTED, CORRECTED, DecodeResult, Step, TokenRecord
 from specdec.wer import alignment_html, word_errors
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -43,13 +44,13 @@ def test_highlight_labels_match_the_trace(view):
     """Every kept token in order with its trace label; each correction preceded by its rejected drafts."""
     result = view.comparison.speculative.result
     kept = [record for record in result.tokens if record.kept]
-    shown = [span for span in view.spans if span.label != highlight.REJECTED]
+    shown = [span for span in view.spans if span.label != highlight.REJECTED and span.kept]
     assert [span.label for span in shown] == [record.label for record in kept]
     assert [span.step for span in shown] == [record.step for record in kept]
     steps = {step.index: step for step in result.steps}
-    expected_rejected = sum(
-        len(steps[r.step].drafted) - steps[r.step].n_accepted for r in kept if r.label == CORRECTED
-    )
+    eos = view.comparison.speculative.result.tokens[-1].token_id  # every window ends with end-of-text here
+    corrections = [r for r in result.tokens if r.label == CORRECTED and (r.kept or r.token_id == eos)]
+    expected_rejected = sum(len(steps[r.step].drafted) - steps[r.step].n_accepted for r in corrections)
     assert sum(span.label == highlight.REJECTED for span in view.spans) == expected_rejected > 0
     labels = {span.label for span in view.spans}
     assert {"accepted", "corrected", "rejected"} <= labels  # the pair both agrees and disagrees here
@@ -58,7 +59,7 @@ def test_highlight_labels_match_the_trace(view):
 
 
 def test_highlighted_text_is_the_transcript(view):
-    shown = "".join(span.text for span in view.spans if span.label != highlight.REJECTED)
+    shown = "".join(span.text for span in view.spans if span.label != highlight.REJECTED and span.kept)
     assert re.sub(r"⟨\d+\.\d\d⟩", "", shown).strip() == view.speculative_text
     assert view.comparison.options.timestamps == ("⟨" in shown)
 
@@ -203,3 +204,59 @@ def test_requests_and_views_pickle_for_zero_gpu(view):
     assert pickle.loads(pickle.dumps(request)) == request
     restored = pickle.loads(pickle.dumps(view))
     assert restored.comparison.identical and restored.tokens_html == view.tokens_html
+
+
+def test_planted_steps_give_the_exact_spans(store):
+    """Step 0 drafts a b c, keeps a, corrects to x; step 1 drafts y z, keeps y, corrects to end-of-text."""
+    tokenizer = store.whisper(SHARED).pair.target.processor.tokenizer
+    words = ["one", "two", "three", "four", "five", "six"]
+    a, b, c, x, y, z = (tokenizer.encode(f" {word}", add_special_tokens=False)[0] for word in words)
+    eos = tokenizer.eos_token_id
+    steps = (
+        Step(0, 0, (a, b, c), 1, x, 0.01, 0.02, 0.1),
+        Step(1, 0, (y, z), 1, eos, 0.01, 0.02, 0.2),
+    )
+    tokens = (
+        TokenRecord(a, ACCEPTED, 0, 0, 0.9, 0.8),
+        TokenRecord(x, CORRECTED, 0, 0, 0.7, 0.1),
+        TokenRecord(y, ACCEPTED, 1, 0, 0.9, 0.8),
+        TokenRecord(eos, CORRECTED, 1, 0, 0.6, 0.2, kept=False),
+    )
+    result = DecodeResult((a, x, y), (), "en", tokens, steps, 0.1, 0.3)
+    spans = highlight.token_spans(result, tokenizer, timestamp_begin=10**9)
+    assert [(span.text, span.label) for span in spans] == [
+        (" one", ACCEPTED), (" two", highlight.REJECTED), (" three", highlight.REJECTED),
+        (" four", CORRECTED), (" five", ACCEPTED), (" six", highlight.REJECTED),
+        (highlight.END_OF_TEXT, CORRECTED),
+    ]  # fmt: skip
+    assert [span.kept for span in spans][-1] is False
+    seconds, counts = plots.cumulative_tokens(result)
+    assert counts == [0, 2, 4] and seconds == pytest.approx([0.1, 0.13, 0.23])
+
+
+def test_unknown_language_is_a_clear_error(store):
+    with pytest.raises(web.UserError, match="unsupported language 'klingon'"):
+        web.compare_clip(store, web.CompareRequest(CLIP, SHARED, "klingon"))
+
+
+def test_comparisons_alternate_which_run_goes_first(store):
+    firsts = [
+        web.compare_clip(store, web.CompareRequest(CLIP, SHARED, "en")).comparison.baseline_first
+        for _ in "ab"
+    ]
+    assert firsts[0] != firsts[1]
+
+
+def test_translation_is_scored_with_the_english_normaliser(view):
+    import dataclasses
+
+    comparison = view.comparison
+    baseline = dataclasses.replace(comparison.baseline, text="the color")
+    speculative = dataclasses.replace(comparison.speculative, text="the color")
+    speculative = dataclasses.replace(
+        speculative, result=dataclasses.replace(speculative.result, language="de")
+    )
+    for task, expected in (("translate", "WER 0.0%"), ("transcribe", "WER 50.0%")):
+        options = DecodeOptions(language="de", task=task)
+        scored = dataclasses.replace(comparison, baseline=baseline, speculative=speculative, options=options)
+        assert web.wer_html("The colour.", scored).count(expected) == 2

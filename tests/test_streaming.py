@@ -31,7 +31,8 @@ def run(session: StreamSession, waveform: np.ndarray) -> list:
 def trimmed_stream(separate_pair):
     """Two clips back to back, with a short trim threshold so that buffers are cut and prompts passed."""
     waveform = np.concatenate([speech("en-weather"), speech("en-fellow-americans")])
-    session = StreamSession(separate_pair, StreamOptions(language="en", trim_seconds=3.0, max_buffer_seconds=6.0))
+    options = StreamOptions(language="en", trim_seconds=3.0, max_buffer_seconds=6.0)
+    session = StreamSession(separate_pair, options)
     return waveform, session, run(session, waveform)
 
 
