@@ -224,7 +224,7 @@ def _adapt(row: Row, used: int, n_accepted: int, options: DecodeOptions) -> None
 
     A draft already at the minimum length and rejected outright pauses drafting for 1, 2, 4, ...
     MAX_PAUSE target-only passes; any accepted token ends the pauses. A useless draft then costs about
-    one draft step per MAX_PAUSE passes instead of one per pass, and a good one is never paused.
+    one draft step per MAX_PAUSE passes instead of one per pass; a useful one pauses rarely and briefly.
     """
     if row.paused:
         row.paused -= 1  # this was a target-only pass
