@@ -58,6 +58,14 @@ def transcribe_on_gpu(request: web.CompareRequest, progress=None) -> tuple[str, 
     return web.transcribe_clip(STORES["served"], request, progress)
 
 
+def _shown_to_user(task, request: web.CompareRequest, progress: gr.Progress):
+    """Run a GPU task; a UserError becomes a gr.Error the page shows (and the app keeps serving)."""
+    try:
+        return task(request, None if ON_ZERO_GPU else progress)  # ZeroGPU cannot pickle the tracker
+    except web.UserError as error:
+        raise gr.Error(str(error), duration=None) from None
+
+
 def examples() -> list[list[str]]:
     """[clip, reference text, language] for every example clip in assets/."""
     rows = []
@@ -110,10 +118,7 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(),
         )  # fmt: skip
-        try:
-            view = compare_on_gpu(request, None if ON_ZERO_GPU else progress)
-        except web.UserError as error:
-            raise gr.Error(str(error), duration=None) from None
+        view = _shown_to_user(compare_on_gpu, request, progress)
         return (
             view.baseline_text,
             view.speculative_text,
@@ -143,10 +148,7 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
             audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
         )  # fmt: skip
-        try:
-            return transcribe_on_gpu(request, None if ON_ZERO_GPU else progress)
-        except web.UserError as error:
-            raise gr.Error(str(error), duration=None) from None
+        return _shown_to_user(transcribe_on_gpu, request, progress)
 
     with gr.Blocks(title="specdec: speculative decoding for Whisper") as demo:
         gr.Markdown("# specdec: lossless speculative decoding for Whisper")

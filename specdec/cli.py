@@ -19,9 +19,8 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
-import numpy as np  # noqa: E402
-
-from specdec.audio import SAMPLE_RATE, AudioError  # noqa: E402
+from specdec.audio import AudioError  # noqa: E402
+from specdec.compare import warm_up  # noqa: E402
 from specdec.models import PairError  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
 from specdec.transcriber import SpeculativeWhisper, Transcription  # noqa: E402
@@ -155,14 +154,6 @@ def _transcribe(args: argparse.Namespace) -> int:
         )
         sys.stdout.flush()
     return exit_code
-
-
-def warm_up(whisper: SpeculativeWhisper) -> None:
-    """Run both paths once on a second of silence, so that neither timed run pays first-call costs."""
-    silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
-    options = DecodeOptions(language="en", max_new_tokens=4)
-    for speculative in (True, False):
-        whisper.transcribe_waveform(silence, options, speculative=speculative)
 
 
 def json_record(speculative: Transcription, baseline: Transcription | None) -> dict:

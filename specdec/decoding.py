@@ -30,9 +30,15 @@ from specdec.trace import DecodeResult, Step, TokenRecord
 WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
 INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
 MAX_WINDOWS = 64  # a guard against a window loop that stops advancing
+TIMESTAMP_SECONDS = 0.02  # one timestamp token step
 
 # (model, window features (1, mel_bins, 3000)) -> (encoder output (1, 1500, d_model), seconds)
 Encoder = Callable[[WhisperForConditionalGeneration, torch.Tensor], tuple[torch.Tensor, float]]
+
+
+def timestamp_begin(generation_config: GenerationConfig) -> int:
+    """The id of `<|0.00|>`; every id from it on is a timestamp."""
+    return generation_config.no_timestamps_token_id + 1
 
 
 def language_token_id(generation_config: GenerationConfig, language: str) -> int:
@@ -149,7 +155,7 @@ def decode_features(
         )  # fmt: skip
         generated = row.generated[:-1] if row.generated[-1:] == [pipeline.eos_token_id] else row.generated
         # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
-        kept, advance = split_window(generated, config.no_timestamps_token_id + 1, window_frames)
+        kept, advance = split_window(generated, timestamp_begin(config), window_frames)
         output += generated[:kept]
         tokens += [
             record if i < kept else dataclasses.replace(record, kept=False)

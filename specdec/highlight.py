@@ -10,10 +10,10 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from specdec.decoding import TIMESTAMP_SECONDS
 from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, DecodeResult
 
 REJECTED = "rejected"  # drafted, refused by the target, not in the output
-TIMESTAMP_SECONDS = 0.02  # one timestamp token step
 END_OF_TEXT = "⟨end⟩"
 
 COLOURS = {
@@ -79,33 +79,37 @@ def highlighted_pairs(spans: list[TokenSpan]) -> list[tuple[str, str]]:
 
 
 def _token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[str]:
-    """Each token's share of the decoded text; a character split over byte tokens goes to its last token."""
+    """Each token's share of the decoded text; a character split over byte tokens goes to its last token.
+
+    Timestamps and other special tokens are shown as ⟨marks⟩ (a draft may propose any of them).
+    """
     texts: list[str] = []
-    pending: list[int] = []
+    pending: list[int] = []  # text tokens whose characters are not complete yet
     for token_id in token_ids:
-        if token_id >= timestamp_begin:
-            texts += [""] * len(pending[:-1]) + ([_decode(pending, tokenizer)] if pending else [])
+        if token_id >= timestamp_begin or token_id in tokenizer.all_special_ids:
+            texts += _flush(pending, tokenizer) + [_mark(token_id, tokenizer, timestamp_begin)]
             pending = []
-            texts.append(f"⟨{(token_id - timestamp_begin) * TIMESTAMP_SECONDS:.2f}⟩")
-            continue
-        if token_id in tokenizer.all_special_ids:
-            texts += [""] * len(pending[:-1]) + ([_decode(pending, tokenizer)] if pending else [])
-            pending = []
-            texts.append(_special_text(token_id, tokenizer))
             continue
         pending.append(token_id)
         text = _decode(pending, tokenizer)
         if text.endswith("\ufffd") and len(pending) < 4:  # an incomplete UTF-8 character so far
             continue
-        texts += [""] * (len(pending) - 1) + [text]
+        texts += _flush(pending, tokenizer, text)
         pending = []
-    if pending:
-        texts += [""] * (len(pending) - 1) + [_decode(pending, tokenizer)]
-    return texts
+    return texts + _flush(pending, tokenizer)
 
 
-def _special_text(token_id: int, tokenizer) -> str:
-    """⟨end⟩ for end-of-text, ⟨name⟩ for other special tokens (a draft may propose them)."""
+def _flush(pending: list[int], tokenizer, text: str | None = None) -> list[str]:
+    """The pending tokens' texts: all of it (`text` if already decoded) on the last one, "" before."""
+    if not pending:
+        return []
+    return [""] * (len(pending) - 1) + [_decode(pending, tokenizer) if text is None else text]
+
+
+def _mark(token_id: int, tokenizer, timestamp_begin: int) -> str:
+    """⟨seconds⟩ for a timestamp, ⟨end⟩ for end-of-text, ⟨name⟩ for other special tokens."""
+    if token_id >= timestamp_begin:
+        return f"⟨{(token_id - timestamp_begin) * TIMESTAMP_SECONDS:.2f}⟩"
     if token_id == tokenizer.eos_token_id:
         return END_OF_TEXT
     return "⟨" + tokenizer.convert_ids_to_tokens(token_id).strip("<|>") + "⟩"

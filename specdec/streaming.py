@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specdec.audio import SAMPLE_RATE
+from specdec.decoding import TIMESTAMP_SECONDS, timestamp_begin
 from specdec.options import DecodeOptions
 from specdec.reuse import DRAFTED, NONE, HypothesisDrafter
 from specdec.trace import ACCEPTED, DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
-TIMESTAMP_SECONDS = 0.02
 TARGET_SOURCE = "target"  # the target's own token (correction, bonus, or no proposal)
 
 
@@ -180,7 +180,7 @@ class StreamSession:
 
     @property
     def _timestamp_begin(self) -> int:
-        return self.whisper.pair.target.model.generation_config.no_timestamps_token_id + 1
+        return timestamp_begin(self.whisper.pair.target.model.generation_config)
 
     def _text_ids(self, token_ids: list[int]) -> list[int]:
         return [token for token in token_ids if token < self._timestamp_begin]
@@ -282,7 +282,7 @@ def step_sources(result: DecodeResult, drafters: list[HypothesisDrafter], use_dr
     """Step index -> source, across windows (each window had its own drafter)."""
     if not drafters:
         return {step.index: DRAFTED for step in result.steps if step.drafted} if use_draft else {}
-    sources, first = {}, 0
+    sources = {}
     by_window: dict[int, list[int]] = {}
     for step in result.steps:
         by_window.setdefault(step.window, []).append(step.index)

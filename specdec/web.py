@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 import torch
 from transformers import GenerationConfig
@@ -20,7 +21,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specdec import compare as comparing
 from specdec import highlight, plots, wer
 from specdec.audio import AudioError, load_audio
-from specdec.decoding import language_token_id
+from specdec.decoding import language_token_id, timestamp_begin
 from specdec.models import LoadedModel, PairError, load_model, make_pair, pick_device
 from specdec.options import DecodeOptions
 from specdec.transcriber import SpeculativeWhisper
@@ -160,13 +161,7 @@ class CompareView:
 def compare_clip(store: ModelStore, request: CompareRequest, progress=None) -> CompareView:
     """Load the clip, decode it both ways, and build every output of the Compare view."""
     report = progress or (lambda *args, **kwargs: None)
-    if not request.audio:
-        raise UserError("Record or upload a clip first (or click one of the examples).")
-    options = request.options()
-    report(0.05, desc="Loading models")
-    whisper = store.whisper(request.draft)
-    report(0.15, desc="Reading audio")
-    waveform = _read_audio(request.audio)
+    whisper, options, waveform = _prepare(store, request, report)
     report(0.3, desc="Decoding: target alone and speculative")
     comparison = comparing.compare(
         whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name
@@ -175,15 +170,32 @@ def compare_clip(store: ModelStore, request: CompareRequest, progress=None) -> C
     return build_view(whisper, comparison, request.reference)
 
 
+def _prepare(
+    store: ModelStore, request: CompareRequest, report
+) -> tuple[SpeculativeWhisper, DecodeOptions, np.ndarray]:
+    """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
+    if not request.audio:
+        raise UserError("Record or upload a clip first (or click one of the examples).")
+    options = request.options()
+    report(0.05, desc="Loading models")
+    whisper = store.whisper(request.draft)
+    report(0.15, desc="Reading audio")
+    return whisper, options, _read_audio(request.audio)
+
+
+def _token_spans(whisper: SpeculativeWhisper, result) -> list[highlight.TokenSpan]:
+    target = whisper.pair.target
+    begin = timestamp_begin(target.model.generation_config)
+    return highlight.token_spans(result, target.processor.tokenizer, begin)
+
+
 def _baseline_first(store: ModelStore, request: CompareRequest) -> bool:
     return store.next_baseline_first() if request.baseline_first is None else request.baseline_first
 
 
 def build_view(whisper: SpeculativeWhisper, comparison: comparing.Comparison, reference: str) -> CompareView:
     """The Compare view's outputs from a finished comparison."""
-    target = whisper.pair.target
-    timestamp_begin = target.model.generation_config.no_timestamps_token_id + 1
-    spans = highlight.token_spans(comparison.speculative.result, target.processor.tokenizer, timestamp_begin)
+    spans = _token_spans(whisper, comparison.speculative.result)
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
     return CompareView(
         baseline_text=comparison.baseline.text,
@@ -240,7 +252,7 @@ def wer_html(reference: str, comparison: comparing.Comparison) -> str:
     return "".join(rows)
 
 
-def _read_audio(path: str):
+def _read_audio(path: str) -> np.ndarray:
     """The clip at 16 kHz, or a UserError naming the file (not the server's temporary path)."""
     try:
         return load_audio(path)
@@ -251,17 +263,10 @@ def _read_audio(path: str):
 def transcribe_clip(store: ModelStore, request: CompareRequest, progress=None) -> tuple[str, str, dict]:
     """Speculative decoding only: the transcript, its highlighted tokens and its statistics."""
     report = progress or (lambda *args, **kwargs: None)
-    if not request.audio:
-        raise UserError("Record or upload a clip first (or click one of the examples).")
-    options = request.options()
-    report(0.1, desc="Loading models")
-    whisper = store.whisper(request.draft)
-    waveform = _read_audio(request.audio)
+    whisper, options, waveform = _prepare(store, request, report)
     report(0.3, desc="Decoding")
     transcription = whisper.transcribe_waveform(waveform, options, name=Path(request.audio).name)
-    target = whisper.pair.target
-    timestamp_begin = target.model.generation_config.no_timestamps_token_id + 1
-    spans = highlight.token_spans(transcription.result, target.processor.tokenizer, timestamp_begin)
+    spans = _token_spans(whisper, transcription.result)
     stats = {"language": transcription.language, "speculative": transcription.result.stats()}
     return transcription.text, highlight.spans_html(spans), stats
 
