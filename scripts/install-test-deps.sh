@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# The test command (README; .ci/run calls it): install what the tests need, then run them.
+# Install what the tests need (the first half of the README's test command, which .ci/run calls):
 # Python packages from requirements-dev.txt; the system Chromium for the one real-browser test
 # (Debian's package, installed with apt-get when missing and we may; no browser is ever downloaded
-# by a test tool). Extra arguments go to pytest.
+# by a test tool).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pip install -q -r requirements-dev.txt
 if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-        || echo "scripts/test.sh: could not install chromium; the browser test will be skipped" >&2
+        || echo "scripts/install-test-deps.sh: could not install chromium; the browser test will be skipped" >&2
 fi
-python -m pytest -q "$@"

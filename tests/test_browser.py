@@ -1,6 +1,7 @@
 """One real browser: headless Chromium opens the page, uploads a clip, runs, and sees the coloured tokens.
 
-Uses the system Chromium (Debian's `chromium`, installed by scripts/test.sh); nothing is downloaded.
+Uses the system Chromium (Debian's `chromium`, installed by scripts/install-test-deps.sh); nothing
+is downloaded.
 Set SPECDEC_SCREENSHOTS=DIR to keep the screenshot.
 """
 
@@ -15,7 +16,8 @@ import pytest
 playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CLIP = Path(__file__).parent.parent / "assets" / "en-fellow-americans.wav"
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (scripts/test.sh installs it)")
+NO_CHROMIUM = "no system Chromium (scripts/install-test-deps.sh installs it)"
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
