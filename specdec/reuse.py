@@ -22,7 +22,12 @@ MATCH_LENGTH = 3  # generated tokens to look up in the hypothesis after the two 
 
 
 class HypothesisDrafter:
-    """Drafts from a previous hypothesis (target ids), falling back to a draft model."""
+    """Drafts from a previous hypothesis (target ids), falling back to a draft model.
+
+    The hypothesis costs nothing, so it is still consulted while adaptive drafting pauses the draft model.
+    """
+
+    proposes_while_paused = True
 
     def __init__(
         self, hypothesis: list[int], fallback: Drafter | None, vocabulary_size: int, device: torch.device
@@ -44,7 +49,7 @@ class HypothesisDrafter:
             tokens = continuation[:num_draft_tokens]
             self.sources[step] = REUSED
             return Proposal(tokens, self._point_masses(tokens), time.perf_counter() - start)
-        if self.fallback is None:
+        if self.fallback is None or row.paused:
             self.sources[step] = NONE
             return Proposal([], None, time.perf_counter() - start)
         self.sources[step] = DRAFTED

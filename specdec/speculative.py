@@ -56,6 +56,10 @@ class Proposal:
 class Drafter:
     """The draft model's side of a window: its own ids and cache, proposals in target ids."""
 
+    proposes_while_paused = (
+        False  # adaptive pauses stop the draft model (a drafter with free proposals may go on)
+    )
+
     def __init__(
         self,
         runner: DecoderRunner,
@@ -132,7 +136,8 @@ def decode_window(
     while not row.finished:
         step_start = time.perf_counter()
         budget = max_new_tokens - len(row.generated)
-        num_draft_tokens = min(row.num_draft_tokens, budget - 1) if drafter and not row.paused else 0
+        drafting = drafter is not None and (not row.paused or drafter.proposes_while_paused)
+        num_draft_tokens = min(row.num_draft_tokens, budget - 1) if drafting else 0
         proposal = (
             drafter.propose(row, num_draft_tokens, options, generator)
             if num_draft_tokens > 0
