@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig, WhisperForConditionalGeneration
+from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
@@ -69,15 +69,27 @@ def forced_prompt(
     return prompt
 
 
-def detect_language(pair: ModelPair, encoder_hidden_states: torch.Tensor) -> int:
-    """The target's most likely language token after `<|startoftranscript|>` (generate()'s own method)."""
+def detect_language(pair: ModelPair, encoder_hidden_states: torch.Tensor) -> list[int]:
+    """Per row of encoder output (batch, 1500, d_model), the target's most likely language token after
+    `<|startoftranscript|>` (generate()'s own method)."""
     target = pair.target.model
     with torch.inference_mode():
         language_ids = target.detect_language(
             encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
             generation_config=target.generation_config,
         )
-    return int(language_ids[0])
+    return [int(language_id) for language_id in language_ids]
+
+
+def language_ids(pair: ModelPair, options: DecodeOptions, hidden: torch.Tensor) -> list[int | None]:
+    """The language token of each row's prompt (hidden: (batch, 1500, d_model)): None for an English-only
+    model, options.language if given, else detected by the target."""
+    config = pair.target.model.generation_config
+    if not getattr(config, "is_multilingual", False):
+        return [None] * hidden.shape[0]
+    if options.language is not None:
+        return [language_token_id(config, options.language)] * hidden.shape[0]
+    return detect_language(pair, hidden)
 
 
 def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) -> tuple[int, int]:
@@ -102,6 +114,78 @@ def window_features(features: torch.Tensor, seek: int) -> torch.Tensor:
     return F.pad(segment, (0, WINDOW_FRAMES - segment.shape[-1]))
 
 
+@dataclasses.dataclass
+class ClipDecoding:
+    """One clip's way through generate()'s window loop: where the next window starts and what was kept.
+
+    decode_features runs it one window at a time; batching.decode_batch_features runs many clips' windows
+    side by side. Both build each window's prompt and fold its row back in with the same methods.
+    """
+
+    features: torch.Tensor  # (1, mel_bins, frames): the target's log-mel features
+    draft_features: torch.Tensor | None  # the draft's own features (a separate encoder), else None
+    generator: torch.Generator
+    clock_start: float
+    seek: int = 0  # first frame of the next window
+    window: int = 0  # index of the next window
+    language_id: int | None = None
+    first_prompt: list[int] | None = None
+    encoder_seconds: float = 0.0
+    output: list[int] = dataclasses.field(default_factory=list)
+    tokens: list[TokenRecord] = dataclasses.field(default_factory=list)
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    done: bool = False
+    end_seconds: float | None = None  # clock time when the last window was folded in
+
+    def __post_init__(self) -> None:
+        self.done = self.features.shape[-1] == 0
+
+    @property
+    def window_frames(self) -> int:
+        return min(self.features.shape[-1] - self.seek, WINDOW_FRAMES)
+
+    def prompt(self, config: GenerationConfig, options: DecodeOptions) -> list[int]:
+        """This window's forced prompt (the first is the result's prompt_ids); previous text
+        (options.prompt_ids) conditions the first window only."""
+        previous_text = options.prompt_ids if self.window == 0 else ()
+        prompt = forced_prompt(config, self.language_id, options, previous_text)
+        self.first_prompt = self.first_prompt or prompt
+        return prompt
+
+    def max_new_tokens(self, model_config: WhisperConfig, options: DecodeOptions, prompt: list[int]) -> int:
+        """generate()'s budget for a window: options.max_new_tokens within the decoder's positions."""
+        limit = model_config.max_target_positions - len(prompt)
+        return limit if options.max_new_tokens is None else min(limit, options.max_new_tokens)
+
+    def finish_window(self, row: Row, config: GenerationConfig, eos_token_id: int) -> None:
+        """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window."""
+        generated = row.generated[:-1] if row.generated[-1:] == [eos_token_id] else row.generated
+        # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
+        kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
+        self.output += generated[:kept]
+        self.tokens += [
+            record if i < kept else dataclasses.replace(record, kept=False)
+            for i, record in enumerate(row.tokens)
+        ]
+        self.steps += row.steps
+        self.seek += advance
+        self.window += 1
+        # advance <= 0 would decode the same window forever; generate() has no such guard
+        self.done = advance <= 0 or self.seek >= self.features.shape[-1] or self.window >= MAX_WINDOWS
+        self.end_seconds = time.perf_counter() - self.clock_start
+
+    def result(self, config: GenerationConfig) -> DecodeResult:
+        return DecodeResult(
+            token_ids=tuple(self.output),
+            prompt_ids=tuple(self.first_prompt or ()),
+            language=_language_code(config, self.language_id),
+            tokens=tuple(self.tokens),
+            steps=tuple(self.steps),
+            encoder_seconds=self.encoder_seconds,
+            total_seconds=self.end_seconds or time.perf_counter() - self.clock_start,
+        )
+
+
 def decode_features(
     pair: ModelPair,
     features: torch.Tensor,
@@ -121,78 +205,40 @@ def decode_features(
     clock_start = time.perf_counter()
     config = pair.target.model.generation_config
     use_draft = use_draft and pair.draft is not None
-    generator = _generator(options, features.device)
-    seek, encoder_seconds, first_prompt, language_id = 0, 0.0, None, None
-    output: list[int] = []
-    tokens: list[TokenRecord] = []
-    steps: list[Step] = []
-    for window in range(MAX_WINDOWS):
-        if seek >= features.shape[-1]:
-            break
-        window_frames = min(features.shape[-1] - seek, WINDOW_FRAMES)
-        hidden, seconds = encoder(pair.target.model, window_features(features, seek))
-        encoder_seconds += seconds
-        if first_prompt is None:
-            language_id = _language_id(pair, config, options, hidden)
-        prompt = forced_prompt(config, language_id, options, options.prompt_ids if window == 0 else ())
-        first_prompt = first_prompt or prompt
+    clip = ClipDecoding(features, draft_features, make_generator(options, features.device), clock_start)
+    while not clip.done:
+        hidden, seconds = encoder(pair.target.model, window_features(features, clip.seek))
+        clip.encoder_seconds += seconds
+        if clip.first_prompt is None:
+            clip.language_id = language_ids(pair, options, hidden)[0]
+        prompt = clip.prompt(config, options)
         pipeline = LogitsPipeline(
             config, len(prompt), options.timestamps, options.temperature, options.top_p, hidden.device
         )
         drafter = None
         if use_draft:
-            drafter, seconds = _drafter(pair, hidden, draft_features, seek, prompt, pipeline, encoder)
-            encoder_seconds += seconds
+            drafter, seconds = _drafter(pair, hidden, draft_features, clip.seek, prompt, pipeline, encoder)
+            clip.encoder_seconds += seconds
         if wrap_drafter is not None:
             drafter = wrap_drafter(drafter)
         row = Row(list(prompt), len(prompt), options.num_draft_tokens)
-        max_new_tokens = pair.target.model.config.max_target_positions - len(prompt)
-        if options.max_new_tokens is not None:
-            max_new_tokens = min(max_new_tokens, options.max_new_tokens)
+        max_new_tokens = clip.max_new_tokens(pair.target.model.config, options, prompt)
         decode_window(
             DecoderRunner(pair.target.model, hidden), drafter, row, pipeline, options, max_new_tokens,
-            window, generator, clock_start, len(steps),
+            clip.window, clip.generator, clock_start, len(clip.steps),
         )  # fmt: skip
-        generated = row.generated[:-1] if row.generated[-1:] == [pipeline.eos_token_id] else row.generated
-        # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
-        kept, advance = split_window(generated, timestamp_begin(config), window_frames)
-        output += generated[:kept]
-        tokens += [
-            record if i < kept else dataclasses.replace(record, kept=False)
-            for i, record in enumerate(row.tokens)
-        ]
-        steps += row.steps
-        if advance <= 0:  # would decode the same window forever; generate() has no such guard
-            break
-        seek += advance
-    return DecodeResult(
-        token_ids=tuple(output),
-        prompt_ids=tuple(first_prompt or ()),
-        language=_language_code(config, language_id),
-        tokens=tuple(tokens),
-        steps=tuple(steps),
-        encoder_seconds=encoder_seconds,
-        total_seconds=time.perf_counter() - clock_start,
-    )
+        clip.finish_window(row, config, pipeline.eos_token_id)
+    return clip.result(config)
 
 
-def _generator(options: DecodeOptions, device: torch.device) -> torch.Generator:
+def make_generator(options: DecodeOptions, device: torch.device) -> torch.Generator:
+    """A clip's own sampling generator: seeded with options.seed, else from fresh entropy."""
     generator = torch.Generator(device=device)
     if options.seed is None:
         generator.seed()
     else:
         generator.manual_seed(options.seed)
     return generator
-
-
-def _language_id(
-    pair: ModelPair, config: GenerationConfig, options: DecodeOptions, hidden: torch.Tensor
-) -> int | None:
-    if not getattr(config, "is_multilingual", False):
-        return None
-    if options.language is not None:
-        return language_token_id(config, options.language)
-    return detect_language(pair, hidden)
 
 
 def _language_code(config: GenerationConfig, language_id: int | None) -> str:
