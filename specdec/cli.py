@@ -1,5 +1,5 @@
-"""Command line: `python -m specdec demo-models OUT_DIR`, `python -m specdec transcribe AUDIO...` and
-`python -m specdec bench`.
+"""Command line: `python -m specdec demo-models OUT_DIR`, `python -m specdec transcribe AUDIO...`,
+`python -m specdec stream AUDIO` (a file played as a live stream) and `python -m specdec bench [--stream]`.
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
 """
@@ -16,13 +16,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
-from specdec.audio import AudioError  # noqa: E402
+from specdec.audio import AudioError, load_audio  # noqa: E402
 from specdec.compare import warm_up  # noqa: E402
 from specdec.models import PairError  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
+from specdec.playback import StreamSummary, stream_audio, summarise  # noqa: E402
+from specdec.streaming import StreamOptions, Update  # noqa: E402
 from specdec.transcriber import SpeculativeWhisper, Transcription  # noqa: E402
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
@@ -68,6 +71,19 @@ def _parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--json", action="store_true", help="one JSON object per file per line")
     transcribe.set_defaults(command=_transcribe)
 
+    stream = commands.add_parser("stream", help="play an audio file as a live stream and transcribe it live")
+    stream.add_argument("audio", help="audio file (wav, flac, ogg, mp3; any sample rate, any length)")
+    stream.add_argument("--chunk", type=float, default=1.0, help="seconds of audio per update (default 1.0)")
+    stream.add_argument("--realtime", action="store_true", help="feed chunks at the pace of the audio")
+    stream.add_argument("--target", default="large-v3", help="hub id, short name or local folder")
+    stream.add_argument("--draft", default="tiny", help="hub id, short name or local folder")
+    stream.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
+    stream.add_argument(
+        "--no-reuse", action="store_true", help="draft with the draft model only, not the last hypothesis"
+    )
+    stream.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    stream.set_defaults(command=_stream)
+
     bench = commands.add_parser(
         "bench", help="time generate(), assisted generation and specdec side by side (see docs/benchmarks.md)"
     )
@@ -88,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         "--cache-dir", default=None, help="where built models are kept (~/.cache/specdec/bench-models)"
     )
     bench.add_argument("--out", default="bench-results", help="folder for bench.json and bench.html")
+    bench.add_argument(
+        "--stream",
+        action="store_true",
+        help="only the live-stream benchmark (hypothesis reuse, draft alone, target alone): stream.json",
+    )
+    bench.add_argument("--chunk", type=float, default=1.0, help="with --stream: seconds per update")
     bench.set_defaults(command=_bench)
     return parser
 
@@ -107,6 +129,9 @@ def _bench(args: argparse.Namespace) -> int:
     from specdec.bench_report import run_and_report
     from specdec.model_sizes import DEFAULT_CACHE
 
+    command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
+    if args.stream:
+        return _stream_bench(args, command.strip())
     options = BenchOptions(
         size=args.sizes,
         quick=args.quick,
@@ -118,9 +143,96 @@ def _bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
     )
-    command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
     report = run_and_report(options, Path(args.out), command.strip())
     return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
+
+
+def _stream_bench(args: argparse.Namespace, command: str) -> int:
+    from pathlib import Path
+
+    from specdec.model_sizes import DEFAULT_CACHE
+    from specdec.stream_bench import StreamBenchOptions, run_and_report  # heavy; only this needs them
+
+    options = StreamBenchOptions(
+        size=args.sizes,
+        chunk_seconds=args.chunk,
+        quick=args.quick,
+        audio=tuple(args.audio),
+        rounds=args.repeats or 1,
+        seed=args.seed,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
+    )
+    report = run_and_report(options, Path(args.out), command)
+    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
+
+
+def _stream(args: argparse.Namespace) -> int:
+    """Play a file as a live stream: committed text as it grows, then the final text and the figures."""
+    if args.chunk <= 0:
+        raise ValueError(f"--chunk must be positive, not {args.chunk:g}")
+    options = StreamOptions(
+        chunk_seconds=args.chunk, language=args.language, reuse_hypothesis=not args.no_reuse
+    )
+    try:  # before the models load, so that a bad file fails at once
+        waveform = load_audio(args.audio, max_seconds=None)
+    except AudioError as error:
+        print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
+    warm_up(whisper)  # as a live app would before opening the microphone: no first-call costs in latency
+    live = sys.stdout.isatty()
+    updates: list[Update] = []
+    for update in stream_audio(whisper, waveform, options, realtime=args.realtime):
+        previous = updates[-1].committed_text if updates else ""
+        updates.append(update)
+        if live:
+            sys.stdout.write("\r\033[K" + live_line(update, shutil.get_terminal_size().columns))
+        elif update.committed_text != previous:  # in a log: each newly committed piece on its own line
+            piece = update.committed_text.removeprefix(previous).strip()
+            sys.stdout.write(f"{update.stream_seconds:7.1f} s  {piece}\n")
+        sys.stdout.flush()
+    if live:
+        sys.stdout.write("\r\033[K")
+    final = updates[-1]
+    print(f"{args.audio} [{final.language}]: {final.committed_text}")
+    print(stream_report(summarise(updates), options))
+    return 0
+
+
+def live_line(update: Update, width: int) -> str:
+    """One terminal line: stream time, then the end of the committed text and the tentative text (dim)."""
+    prefix = f"{update.stream_seconds:6.1f} s  "
+    committed, tentative = update.committed_text, update.tentative_text
+    tentative = f" {tentative}" if committed and tentative else tentative
+    room = max(width - len(prefix) - 1, 10)
+    # the end of the committed text, then the start of the tentative text (at most half the line)
+    tentative = tentative[: max(room // 2, room - len(committed))]
+    keep = room - len(tentative)
+    committed = committed[-keep:] if keep > 0 else ""
+    return f"{prefix}{committed}\033[2m{tentative}\033[0m"
+
+
+def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
+    """The figures of a stream, a few readable lines."""
+    reuse = "on" if options.reuse_hypothesis else "off"
+    acceptance = ", ".join(
+        f"{source} {summary.acceptance.get(source, 0.0):.0%} "
+        f"({counts['accepted']}/{counts['drafted']} tokens, {counts['steps']} passes)"
+        for source, counts in summary.proposals.items()
+    )
+    return "\n".join(
+        [
+            f"  {summary.decoded_updates} decoded updates of {summary.updates}, "
+            f"{summary.audio_seconds:.1f} s of audio in {options.chunk_seconds:g} s chunks, "
+            f"hypothesis reuse {reuse}",
+            f"  target passes per decoded update: {summary.passes_per_update:.1f}",
+            f"  update latency: median {summary.median_latency_seconds:.2f} s, "
+            f"p95 {summary.p95_latency_seconds:.2f} s",
+            f"  real-time factor: {summary.real_time_factor:.2f} "
+            f"({summary.processing_seconds:.1f} s processing / {summary.audio_seconds:.1f} s audio)",
+            f"  acceptance by source: {acceptance or 'nothing drafted'}",
+        ]
+    )
 
 
 def _transcribe(args: argparse.Namespace) -> int:
