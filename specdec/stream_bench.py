@@ -189,7 +189,7 @@ def table(rows: list[dict]) -> str:
     """A fixed-width text table: one line per configuration."""
     header = (
         f"{'configuration':<26}{'decoded':>8}{'passes/upd':>11}{'median s':>9}{'p95 s':>7}{'RTF':>6}"
-        "  acceptance by source (accepted/drafted)  same"
+        "  acceptance by source (accepted/drafted)        same"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -201,7 +201,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"{row['config']:<26}{row['decoded_updates']:>8}{row['passes_per_update']:>11.1f}"
             f"{row['median_latency_seconds']:>9.2f}{row['p95_latency_seconds']:>7.2f}"
-            f"{row['real_time_factor']:>6.2f}  {acceptance or '-':<40}  {same}"
+            f"{row['real_time_factor']:>6.2f}  {acceptance or '-':<46}  {same}"
         )
     return "\n".join(lines)
 
