@@ -15,7 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec import web
+from specdec import live, web
 from specdec.highlight import legend_html
 
 ASSETS = Path(__file__).parent / "assets"
@@ -31,6 +31,13 @@ HOW_IT_WORKS = """A small **draft** model proposes the next few tokens; the **ta
 forward pass and keeps the longest prefix it agrees with, plus one token of its own. The output is the
 target's own output, token for token (greedy) or in distribution (sampling), only in fewer target passes.
 Both runs use the same device and warm models; which one runs first alternates from click to click."""
+
+LIVE_HELP = """Press **Record** and speak: every update re-decodes the audio so far with speculative decoding.
+Text that two updates in a row agree on is **committed**; the rest is *tentative* (grey) and may change.
+Each token is coloured by who proposed it: the **previous hypothesis** (free: no model runs), the
+**draft model**, or the **target** itself. Every update's text is exactly the target's own on that audio.
+Silence is not decoded. Each recording starts a new transcript."""
+LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
 
 STORES: dict[str, web.ModelStore] = {}  # the served store, registered by build_demo
 
@@ -96,9 +103,8 @@ def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) 
     return f"<p><small>{info}</small></p>"
 
 
-def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
-    """The Compare view wired to the store's handlers."""
-    STORES["served"] = store
+def _compare_tab(store: web.ModelStore) -> None:
+    """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
 
     def run_compare(
         audio,
@@ -150,94 +156,160 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
         )  # fmt: skip
         return _shown_to_user(transcribe_on_gpu, request, progress)
 
+    with gr.Row():
+        with gr.Column(scale=3):
+            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio (up to 30 s)")
+            reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
+        with gr.Column(scale=2):
+            draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
+            with gr.Row():
+                language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
+                task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+            with gr.Row():
+                draft_length = gr.Radio(["adaptive", "fixed"], value="adaptive", label="Draft length")
+                num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
+            with gr.Row():
+                temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
+                seed = gr.Number(value=0, precision=0, label="Seed")
+            timestamps = gr.Checkbox(label="Timestamps")
+    with gr.Row():
+        run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
+        quick = gr.Button("Transcribe (speculative only)", variant="secondary")
+    gr.Examples(examples(), [audio, reference, language], label="Example clips (espeak-ng voices)")
+    verdict = gr.HTML(label="Verdict", elem_id="verdict")
+    with gr.Row():
+        baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
+        speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
+    gr.Markdown("### Speculative transcript, token by token (hover a token for its step and probabilities)")
+    tokens = gr.HTML(legend_html(), label="Tokens", elem_id="tokens")
+    metrics = gr.Dataframe(
+        headers=["metric", "target alone", "speculative"],
+        label="Metrics",
+        interactive=False,
+        elem_id="metrics",
+    )
+    with gr.Row():
+        timeline = gr.Plot(label="Tokens over time")
+        breakdown = gr.Plot(label="Time breakdown")
+    steps = gr.Plot(label="Per target pass")
+    word_errors = gr.HTML(label="Word error rate", elem_id="wer")
+    with gr.Accordion("Details (JSON)", open=False):
+        details = gr.JSON(label="Statistics")
+
+    settings = [
+        audio,
+        draft,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+    ]
+    outputs = [
+        baseline_text,
+        speculative_text,
+        verdict,
+        tokens,
+        metrics,
+        timeline,
+        steps,
+        breakdown,
+        word_errors,
+        details,
+    ]
+    run.click(
+        run_compare,
+        [*settings, reference],
+        outputs,
+        api_name="compare",
+        concurrency_limit=1,
+        concurrency_id="models",
+    )
+    quick.click(
+        run_transcribe,
+        settings,
+        [speculative_text, tokens, details],
+        api_name="transcribe",
+        concurrency_limit=1,
+        concurrency_id="models",
+    )
+
+
+def _live_tab(store: web.ModelStore) -> None:
+    """The Live view: the microphone streamed in chunks, re-decoded at each update, committed as it agrees."""
+    if ON_ZERO_GPU:  # every chunk would wait for its own GPU allocation
+        gr.Markdown("The Live view needs a dedicated GPU or CPU Space; ZeroGPU allocates a GPU per call.")
+        return
+    gr.Markdown(LIVE_HELP)
+    with gr.Row():
+        with gr.Column(scale=2):
+            microphone = gr.Audio(
+                sources=["microphone"], streaming=True, type="numpy", label="Microphone", elem_id="live-audio"
+            )
+            clear = gr.Button("Clear", elem_id="live-clear")
+        with gr.Column(scale=3):
+            draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
+            with gr.Row():
+                language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
+                chunk_seconds = gr.Slider(0.5, 3.0, value=1.0, step=0.25, label="Update every (s of audio)")
+            reuse = gr.Checkbox(True, label="Previous hypothesis as a free draft (hypothesis reuse)")
+    transcript = gr.HTML(live.transcript_html(None), elem_id="live-text")
+    stats = gr.HTML(elem_id="live-stats")
+    latency = gr.Plot(label="Latency and target passes per update")
+    # per browser session: two listeners never share audio or text; a closed page ends its worker
+    listener = gr.State(None, time_to_live=3600, delete_callback=lambda old: old and old.close(wait=False))
+
+    def hear(audio, current, draft_label, language_code, seconds, reuse_hypothesis):
+        try:
+            if current is None or current.stopped:  # each recording starts a new transcript
+                current = live.open_listener(store, draft_label, language_code, seconds, reuse_hypothesis)
+            if not live.hear(current, audio):
+                return current, gr.skip(), gr.skip(), gr.skip()  # no whole chunk yet: nothing new to show
+        except web.UserError as error:
+            raise gr.Error(str(error), duration=None) from None
+        return current, live.transcript_html(current), live.stats_html(current), live.latency_figure(current)
+
+    def stop(current):
+        if current is None or current.stopped:
+            return current, gr.skip(), gr.skip(), gr.skip()
+        current.stop()
+        page = live.transcript_html(current, finished=True)
+        return current, page, live.stats_html(current), live.latency_figure(current)
+
+    def forget(current):
+        if current is not None:
+            current.close(wait=False)
+        return None, live.transcript_html(None), "", live.latency_figure(None)
+
+    shown = [listener, transcript, stats, latency]
+    microphone.stream(  # the handler only hands chunks to the listener's worker and returns at once
+        hear,
+        [microphone, listener, draft, language, chunk_seconds, reuse],
+        shown,
+        stream_every=0.5,
+        time_limit=LIVE_TIME_LIMIT,
+        concurrency_limit=None,
+        api_name=False,
+    )
+    microphone.stop_recording(stop, [listener], shown, concurrency_limit=None)
+    clear.click(forget, [listener], shown)
+
+
+def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
+    """The page: the Compare and Live views wired to the store's handlers."""
+    STORES["served"] = store
     with gr.Blocks(title="specdec: speculative decoding for Whisper") as demo:
         gr.Markdown("# specdec: lossless speculative decoding for Whisper")
         gr.HTML(banner)
         with gr.Accordion("How it works", open=False):
             gr.Markdown(HOW_IT_WORKS)
-        with gr.Row():
-            with gr.Column(scale=3):
-                audio = gr.Audio(
-                    sources=["upload", "microphone"], type="filepath", label="Audio (up to 30 s)"
-                )
-                reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
-            with gr.Column(scale=2):
-                draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
-                with gr.Row():
-                    language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
-                    task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
-                with gr.Row():
-                    draft_length = gr.Radio(["adaptive", "fixed"], value="adaptive", label="Draft length")
-                    num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
-                with gr.Row():
-                    temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
-                    seed = gr.Number(value=0, precision=0, label="Seed")
-                timestamps = gr.Checkbox(label="Timestamps")
-        with gr.Row():
-            run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
-            quick = gr.Button("Transcribe (speculative only)", variant="secondary")
-        gr.Examples(examples(), [audio, reference, language], label="Example clips (espeak-ng voices)")
-        verdict = gr.HTML(label="Verdict", elem_id="verdict")
-        with gr.Row():
-            baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
-            speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
-        gr.Markdown(
-            "### Speculative transcript, token by token (hover a token for its step and probabilities)"
-        )
-        tokens = gr.HTML(legend_html(), label="Tokens", elem_id="tokens")
-        metrics = gr.Dataframe(
-            headers=["metric", "target alone", "speculative"],
-            label="Metrics",
-            interactive=False,
-            elem_id="metrics",
-        )
-        with gr.Row():
-            timeline = gr.Plot(label="Tokens over time")
-            breakdown = gr.Plot(label="Time breakdown")
-        steps = gr.Plot(label="Per target pass")
-        word_errors = gr.HTML(label="Word error rate", elem_id="wer")
-        with gr.Accordion("Details (JSON)", open=False):
-            details = gr.JSON(label="Statistics")
-
-        settings = [
-            audio,
-            draft,
-            language,
-            task,
-            timestamps,
-            draft_length,
-            num_draft_tokens,
-            temperature,
-            seed,
-        ]
-        outputs = [
-            baseline_text,
-            speculative_text,
-            verdict,
-            tokens,
-            metrics,
-            timeline,
-            steps,
-            breakdown,
-            word_errors,
-            details,
-        ]
-        run.click(
-            run_compare,
-            [*settings, reference],
-            outputs,
-            api_name="compare",
-            concurrency_limit=1,
-            concurrency_id="models",
-        )
-        quick.click(
-            run_transcribe,
-            settings,
-            [speculative_text, tokens, details],
-            api_name="transcribe",
-            concurrency_limit=1,
-            concurrency_id="models",
-        )
+        with gr.Tabs():
+            with gr.Tab("Compare", id="compare"):
+                _compare_tab(store)
+            with gr.Tab("Live", id="live", elem_id="live-tab"):
+                _live_tab(store)
     return demo
 
 

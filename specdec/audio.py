@@ -132,12 +132,23 @@ def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float
 
 def _to_whisper_input(name: str, frames: np.ndarray, rate: float) -> np.ndarray:
     """Downmix (samples, channels) frames by averaging, check values, resample to 16 kHz float32."""
-    mono = frames.astype(np.float32, copy=False).mean(axis=1, dtype=np.float32)
-    if not np.isfinite(mono).all():
-        raise AudioError(f"{name}: contains NaN or infinite samples")
+    mono = _downmix(name, frames)
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE, quality="HQ")
         if mono.size == 0:
             raise AudioError(f"{name}: too short ({len(frames)} samples at {rate} Hz)")
     # Always a fresh array, so callers never alias (and mutate) the array they passed in.
     return np.array(mono, dtype=np.float32, order="C", copy=True)
+
+
+def to_mono(name: str, samples: np.ndarray) -> np.ndarray:
+    """A 1-D or 2-D array of any sample type -> float32 mono at its own rate (a live chunk: no resampling)."""
+    return _downmix(name, _array_to_frames(name, samples))
+
+
+def _downmix(name: str, frames: np.ndarray) -> np.ndarray:
+    """(samples, channels) -> (samples,) float32 by averaging the channels; NaN or inf is an error."""
+    mono = frames.astype(np.float32, copy=False).mean(axis=1, dtype=np.float32)
+    if not np.isfinite(mono).all():
+        raise AudioError(f"{name}: contains NaN or infinite samples")
+    return mono

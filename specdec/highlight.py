@@ -58,13 +58,13 @@ def token_spans(result: DecodeResult, tokenizer, timestamp_begin: int) -> list[T
     """Kept tokens in order (and end-of-text), with each step's rejected drafts before its correction."""
     steps = {step.index: step for step in result.steps}
     shown = [r for r in result.tokens if r.kept or r.token_id == tokenizer.eos_token_id]
-    texts = _token_texts([record.token_id for record in shown if record.kept], tokenizer, timestamp_begin)
+    texts = token_texts([record.token_id for record in shown if record.kept], tokenizer, timestamp_begin)
     spans, kept_texts = [], iter(texts)
     for record in shown:
         if record.label == CORRECTED:
             step = steps[record.step]
             for token_id in step.drafted[step.n_accepted :]:
-                draft_text = _token_texts([token_id], tokenizer, timestamp_begin)[0]
+                draft_text = token_texts([token_id], tokenizer, timestamp_begin)[0]
                 spans.append(TokenSpan(draft_text, REJECTED, record.step, None, None))
         text = next(kept_texts) if record.kept else END_OF_TEXT
         spans.append(
@@ -78,7 +78,7 @@ def highlighted_pairs(spans: list[TokenSpan]) -> list[tuple[str, str]]:
     return [(span.text, span.label) for span in spans]
 
 
-def _token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[str]:
+def token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[str]:
     """Each token's share of the decoded text; a character split over byte tokens goes to its last token.
 
     Timestamps and other special tokens are shown as ⟨marks⟩ (a draft may propose any of them).

@@ -51,7 +51,9 @@ class Update:
     buffer_start_seconds: float = 0.0  # stream time where the decoded buffer starts
     prompt_ids: tuple[int, ...] = ()  # the previous text the buffer was decoded with
     language: str | None = None
-    hypothesis: tuple[int, ...] = ()
+    hypothesis: tuple[int, ...] = ()  # the decoded buffer's tokens (timestamps included)
+    committed_tokens: int = 0  # how many of them were committed by this update
+    earlier_text: str = ""  # committed text of audio cut from the buffer before this update
     token_sources: tuple[str, ...] = ()  # per hypothesis token: reused, draft or target
     proposals: dict = field(default_factory=dict)  # source -> {"drafted": n, "accepted": n}
     result: DecodeResult | None = None
@@ -95,14 +97,19 @@ class StreamSession:
             return self._record(arrived, decoded=False)
         self.buffer = np.concatenate([self.buffer, chunk])
         self.speech_pending = not silent  # decode once more on the first silent chunk, then rest
-        decoded_from = {"buffer_start_seconds": self.buffer_start_seconds, "prompt_ids": self._prompt_ids()}
+        decoded_from = {
+            "buffer_start_seconds": self.buffer_start_seconds,
+            "prompt_ids": self._prompt_ids(),
+            "earlier_text": self._text(self.archived_ids),
+        }
         result, sources = self._decode()  # sources: step index -> proposal source
         previous, self.hypothesis = self.hypothesis, list(result.token_ids)
         agreed = common_prefix(previous, self.hypothesis)
         if len(agreed) > len(self.committed) and agreed[: len(self.committed)] == self.committed:
             self.committed = agreed
+        committed_tokens = len(self.committed)
         self._trim(result)
-        return self._record(arrived, True, result, sources, **decoded_from)
+        return self._record(arrived, True, result, sources, committed_tokens=committed_tokens, **decoded_from)
 
     def finish(self) -> Update:
         """Stop: commit the last hypothesis as it stands."""

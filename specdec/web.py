@@ -126,10 +126,8 @@ class CompareRequest:
 
     def options(self) -> DecodeOptions:
         try:
-            if self.language not in ("auto", "", None):
-                language_token_id(GenerationConfig(lang_to_id=LANGUAGE_IDS), self.language)
             return DecodeOptions(
-                language=None if self.language in ("auto", "", None) else self.language,
+                language=chosen_language(self.language),
                 task=self.task,
                 timestamps=bool(self.timestamps),
                 temperature=float(self.temperature),
@@ -139,6 +137,14 @@ class CompareRequest:
             )
         except ValueError as error:
             raise UserError(str(error)) from error
+
+
+def chosen_language(language: str | None) -> str | None:
+    """The UI's language choice: None for auto-detection, else a checked Whisper language code or name."""
+    if language in ("auto", "", None):
+        return None
+    language_token_id(GenerationConfig(lang_to_id=LANGUAGE_IDS), language)  # ValueError if unknown
+    return language
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def test_token_texts_keep_characters_split_over_byte_tokens(store):
     tokenizer = store.whisper(SHARED).pair.target.processor.tokenizer
     text = " Grüße aus 東京, naïve café"
     token_ids = tokenizer.encode(text, add_special_tokens=False)
-    texts = highlight._token_texts(token_ids, tokenizer, timestamp_begin=10**9)
+    texts = highlight.token_texts(token_ids, tokenizer, timestamp_begin=10**9)
     assert len(texts) == len(token_ids) and "".join(texts) == text
 
 

@@ -44,3 +44,46 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
     assert screenshot.stat().st_size > 10_000
     if os.environ.get("SPECDEC_SCREENSHOTS"):
         shutil.copy(screenshot, Path(os.environ["SPECDEC_SCREENSHOTS"]) / "compare.png")
+
+
+def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
+    """Chromium's fake microphone plays a clip into the Live tab; text appears while recording, and
+    after Stop all of it is committed."""
+    clip = CLIP.parent / "en-weather.wav"
+    fake_microphone = [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={clip}",
+    ]
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                *fake_microphone,
+            ],
+        )
+        context = browser.new_context(viewport={"width": 1400, "height": 1100}, permissions=["microphone"])
+        page = context.new_page()
+        page.goto(app_url)
+        page.get_by_role("tab", name="Live").click()
+        page.locator("#live-audio button.record-button").click()
+        page.wait_for_selector("#live-text span.tok", timeout=60_000)  # an update arrived while recording
+        page.wait_for_timeout(3_000)
+        page.screenshot(path=str(tmp_path / "live-recording.png"), full_page=True)
+        page.locator("#live-audio button.stop-button").click()
+        page.wait_for_function(
+            "document.querySelectorAll('#live-text span.tok.committed').length > 0 &&"
+            " document.querySelectorAll('#live-text span.tok.tentative').length === 0",
+            timeout=60_000,
+        )
+        page.screenshot(path=str(tmp_path / "live-stopped.png"), full_page=True)
+        stats = page.inner_text("#live-stats")
+        browser.close()
+    assert "target passes" in stats and "behind live" in stats
+    if os.environ.get("SPECDEC_SCREENSHOTS"):
+        for name in ("live-recording.png", "live-stopped.png"):
+            shutil.copy(tmp_path / name, Path(os.environ["SPECDEC_SCREENSHOTS"]) / name)

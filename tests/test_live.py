@@ -1,0 +1,148 @@
+"""The Live view's handlers without a browser: browser-rate chunks in, exact updates and HTML out."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+
+from specdec import live, web
+from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.options import DecodeOptions
+from specdec.streaming import StreamSession
+
+ASSETS = Path(__file__).parent.parent / "assets"
+BROWSER_RATE = 48_000
+DRAFT = "separate"
+
+
+@pytest.fixture(scope="module")
+def store(demo_models) -> web.ModelStore:
+    return web.ModelStore(
+        str(demo_models["target"]), {DRAFT: str(demo_models["draft-separate"])}, device="cpu"
+    )
+
+
+def speech(name: str = "en-weather", seconds: float = 4.0) -> np.ndarray:
+    return load_audio(ASSETS / f"{name}.wav")[: round(seconds * SAMPLE_RATE)]
+
+
+def browser_chunks(waveform: np.ndarray, seconds: float = 0.1) -> list[tuple[int, np.ndarray]]:
+    """What Gradio's streaming microphone hands over: (48000, int16 stereo) chunks of ~0.1 s."""
+    at_48k = soxr.resample(waveform, SAMPLE_RATE, BROWSER_RATE)
+    pcm = np.clip(at_48k * 32768, -32768, 32767).astype(np.int16)
+    stereo = np.stack([pcm, pcm], axis=1)
+    size = round(seconds * BROWSER_RATE)
+    return [(BROWSER_RATE, stereo[start : start + size]) for start in range(0, len(stereo), size)]
+
+
+def listen(store, waveform, language="en", **options) -> live.Listener:
+    listener = live.open_listener(store, DRAFT, language, options.pop("chunk_seconds", 1.0), True)
+    for chunk in browser_chunks(waveform):
+        live.hear(listener, chunk)
+    listener.stop()
+    return listener
+
+
+def fed_audio(session: StreamSession) -> float:
+    return session.stream_seconds
+
+
+def test_every_update_is_the_target_alone_and_no_audio_is_lost(store):
+    waveform = speech()
+    recorded: list[np.ndarray] = []
+    listener = live.open_listener(store, DRAFT, "en", 1.0, True)
+    feed = listener.session.feed
+    listener.session.feed = lambda piece: (recorded.append(piece), feed(piece))[1]  # a spy, same feed
+    for chunk in browser_chunks(waveform):
+        live.hear(listener, chunk)
+    listener.stop()
+    stream = np.concatenate(recorded)
+    assert abs(len(stream) - len(waveform)) <= 64  # the whole recording reached the session
+    decoded = [update for update in listener.session.updates if update.decoded]
+    assert len(decoded) >= 2
+    whisper = listener.session.whisper
+    for update in decoded:
+        buffer = stream[
+            round(update.buffer_start_seconds * SAMPLE_RATE) : round(update.stream_seconds * SAMPLE_RATE)
+        ]
+        options = DecodeOptions(language="en", timestamps=True, prompt_ids=update.prompt_ids)
+        assert update.hypothesis == whisper.transcribe_waveform(buffer, options, speculative=False).token_ids
+
+
+def test_resampling_has_no_seams_at_chunk_boundaries(store):
+    """The streamed 16 kHz audio matches resampling the whole recording at once."""
+    waveform = speech(seconds=2.0)
+    listener = live.open_listener(store, DRAFT, "en", 5.0, True)
+    pieces = [listener._resample(rate, samples) for rate, samples in browser_chunks(waveform)]
+    pieces.append(listener.resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+    streamed = np.concatenate(pieces)
+    whole = soxr.resample(
+        browser_chunks(waveform, seconds=10)[0][1].mean(axis=1) / 32768, BROWSER_RATE, SAMPLE_RATE
+    )
+    assert len(streamed) == len(whole)
+    assert np.max(np.abs(streamed - whole)) < 1e-3
+
+
+def test_slow_decoding_merges_chunks_instead_of_falling_behind(store):
+    listener = live.open_listener(store, DRAFT, "en", 0.5, True)
+    chunks = browser_chunks(speech(seconds=4.0))
+    with live.DECODING:  # decoding is held up while 4 s of audio arrive
+        for chunk in chunks:
+            live.hear(listener, chunk)
+    listener.stop()
+    updates = listener.session.updates
+    assert listener.merged >= 4 and len(updates) < 8  # 8 half-second chunks, fewer updates
+    assert abs(fed_audio(listener.session) - 4.0) < 0.01
+
+
+def test_two_listeners_keep_their_own_audio_and_text(store):
+    english, german = speech("en-weather", 3.0), speech("de-bahnhof", 3.0)
+    alone = [
+        listen(store, english, "en").session.committed_text,
+        listen(store, german, "de").session.committed_text,
+    ]
+    first = live.open_listener(store, DRAFT, "en", 1.0, True)
+    second = live.open_listener(store, DRAFT, "de", 1.0, True)
+    for chunk_en, chunk_de in zip(browser_chunks(english), browser_chunks(german), strict=True):
+        live.hear(first, chunk_en)
+        live.hear(second, chunk_de)
+    first.stop(), second.stop()
+    assert [first.session.committed_text, second.session.committed_text] == alone
+    assert alone[0] != alone[1]
+
+
+def test_views_show_committed_tentative_and_sources(store):
+    listener = live.open_listener(store, DRAFT, "en", 1.0, True)
+    for chunk in browser_chunks(speech(seconds=3.0)):
+        live.hear(listener, chunk)
+    listener.close()  # the whole chunks are decoded; the recording goes on
+    # random weights commit text only now and then (test_streaming covers when); show half as committed
+    update = listener.last_decoded
+    listener.last_decoded = dataclasses.replace(update, committed_tokens=len(update.hypothesis) // 2)
+    page = live.transcript_html(listener)
+    assert 'class="tok committed"' in page and 'class="tok tentative"' in page
+    assert "background:" + live.SOURCE_COLOURS["draft"] in page
+    listener.stop()
+    assert 'class="tok tentative"' not in live.transcript_html(listener, finished=True)
+    stats = live.stats_html(listener)
+    assert "target passes" in stats and "behind live" in stats
+    figure = live.latency_figure(listener)
+    assert len(figure.data[0].x) == len([u for u in listener.session.updates if u.decoded])
+
+
+def test_bad_settings_and_chunks_are_user_errors(store):
+    with pytest.raises(web.UserError, match="Chunk length"):
+        live.open_listener(store, DRAFT, "en", 30.0, True)
+    with pytest.raises(web.UserError):
+        live.open_listener(store, DRAFT, "klingon", 1.0, True)
+    listener = live.open_listener(store, DRAFT, "en", 1.0, True)
+    with pytest.raises(web.UserError, match="sample rate"):
+        live.hear(listener, (0, np.zeros(100, np.int16)))
+    with pytest.raises(web.UserError, match="NaN"):
+        live.hear(listener, (16_000, np.full(100, np.nan, np.float32)))
+    assert live.hear(listener, None) is False
+    assert "Press Record" in live.transcript_html(None)
