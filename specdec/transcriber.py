@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.audio import SAMPLE_RATE, AudioSource, load_audio
+from specdec.audio import SAMPLE_RATE, AudioError, AudioSource, load_audio
+from specdec.batching import decode_batch_features
 from specdec.decoding import decode_features
 from specdec.models import DraftKind, LoadedModel, ModelPair, load_pair
 from specdec.options import DecodeOptions
@@ -65,22 +66,57 @@ class SpeculativeWhisper:
         batch_size: int = 1,
         return_stats: bool = False,
         speculative: bool = True,
+        errors: str = "raise",
         **options,
-    ) -> list[str] | list[Transcription]:
+    ) -> list[str | AudioError] | list[Transcription | AudioError]:
         """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples.
 
         Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
         Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
-        batch_size is accepted for the API's shape; clips are currently decoded one after another.
+        batch_size clips are decoded together, each row accepting its own number of draft tokens
+        (`batching.py`); every clip's output is the same as decoded alone. An unreadable clip raises its
+        AudioError (errors="raise") or, with errors="return", stands in that clip's place while the
+        others are transcribed.
         """
+        decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
+        results = self.transcribe_many(
+            _as_list(audio), decode_options, sample_rate, speculative, batch_size, errors
+        )
+        if return_stats:
+            return results
+        return [result if isinstance(result, AudioError) else result.text for result in results]
+
+    def transcribe_many(
+        self,
+        sources: Sequence[AudioSource],
+        options: DecodeOptions | None = None,
+        sample_rate: int | None = None,
+        speculative: bool = True,
+        batch_size: int = 1,
+        errors: str = "raise",
+    ) -> list[Transcription | AudioError]:
+        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded."""
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
-        sources = _as_list(audio)
-        results = [
-            self.transcribe_one(source, decode_options, sample_rate, speculative) for source in sources
-        ]
-        return results if return_stats else [result.text for result in results]
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+        options = options or DecodeOptions()
+        results: list[Transcription | AudioError] = []
+        for start in range(0, len(sources), batch_size):
+            batch = list(sources[start : start + batch_size])
+            loaded = [_load(source, sample_rate) for source in batch]
+            failed = [waveform for waveform in loaded if isinstance(waveform, AudioError)]
+            if failed and errors == "raise":
+                raise failed[0]
+            readable = [i for i, waveform in enumerate(loaded) if not isinstance(waveform, AudioError)]
+            names = [_describe(batch[i]) for i in readable]
+            decoded = iter(
+                self.transcribe_waveforms([loaded[i] for i in readable], options, speculative, names)
+            )
+            results += [
+                waveform if isinstance(waveform, AudioError) else next(decoded) for waveform in loaded
+            ]
+        return results
 
     def transcribe_one(
         self,
@@ -112,6 +148,29 @@ class SpeculativeWhisper:
         )
         return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
 
+    def transcribe_waveforms(
+        self,
+        waveforms: Sequence[np.ndarray],
+        options: DecodeOptions,
+        speculative: bool = True,
+        names: Sequence[str] | None = None,
+    ) -> list[Transcription]:
+        """16 kHz mono float32 waveforms decoded together as one batch (one alone: the one-row loop)."""
+        names = list(names) if names is not None else ["audio"] * len(waveforms)
+        if not waveforms:
+            return []
+        if len(waveforms) == 1:
+            return [self.transcribe_waveform(waveforms[0], options, speculative, names[0])]
+        features = [_features(self.pair.target, waveform) for waveform in waveforms]
+        draft_features: list[torch.Tensor | None] = [None] * len(waveforms)
+        if speculative and self.pair.draft is not None and self.pair.kind is not DraftKind.SHARED_ENCODER:
+            draft_features = [_features(self.pair.draft, waveform) for waveform in waveforms]
+        results = decode_batch_features(self.pair, features, draft_features, options, use_draft=speculative)
+        return [
+            Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+            for name, result in zip(names, results, strict=True)
+        ]
+
     def decode_text(self, token_ids: Sequence[int]) -> str:
         """Target ids -> text without special or timestamp tokens."""
         return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
@@ -121,6 +180,13 @@ def _features(model: LoadedModel, waveform: np.ndarray) -> torch.Tensor:
     """Log-mel features (1, mel_bins, 3000) from the model's own feature extractor."""
     extracted = model.processor.feature_extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt")
     return extracted.input_features.to(model.model.device)
+
+
+def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioError:
+    try:
+        return load_audio(source, sample_rate=sample_rate)
+    except AudioError as error:
+        return error
 
 
 def _as_list(audio: AudioSource | Sequence[AudioSource]) -> list[AudioSource]:
