@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
     transcribe.add_argument("--adaptive", action="store_true", help="adapt k to the acceptance")
     transcribe.add_argument("--max-new-tokens", type=int, default=None)
+    transcribe.add_argument(
+        "--batch-size", type=int, default=1, help="files decoded together (same output as one at a time)"
+    )
     transcribe.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
     transcribe.add_argument("--json", action="store_true", help="one JSON object per file per line")
@@ -251,20 +254,25 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.compare:
         warm_up(whisper)
     exit_code = 0
-    for path in args.audio:
-        try:
-            speculative = whisper.transcribe_one(path, options)
-            baseline = whisper.transcribe_one(path, options, speculative=False) if args.compare else None
-        except AudioError as error:
-            print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
-            exit_code = EXIT_BAD_INPUT
-            continue
-        print(
-            json.dumps(json_record(speculative, baseline))
-            if args.json
-            else text_report(speculative, baseline)
-        )
-        sys.stdout.flush()
+    for start in range(0, len(args.audio), args.batch_size):
+        paths = args.audio[start : start + args.batch_size]
+        batch = whisper.transcribe_many(paths, options, batch_size=args.batch_size, errors="return")
+        baselines = [None] * len(paths)
+        if args.compare:
+            baselines = whisper.transcribe_many(
+                paths, options, speculative=False, batch_size=args.batch_size, errors="return"
+            )
+        for speculative, baseline in zip(batch, baselines, strict=True):
+            if isinstance(speculative, AudioError):  # one line per unreadable file; the others go on
+                print(f"specdec: error: {_one_line(speculative)}", file=sys.stderr)
+                exit_code = EXIT_BAD_INPUT
+                continue
+            print(
+                json.dumps(json_record(speculative, baseline))
+                if args.json
+                else text_report(speculative, baseline)
+            )
+            sys.stdout.flush()
     return exit_code
 
 
