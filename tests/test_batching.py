@@ -10,6 +10,7 @@ leaves the batch (the target runs exactly as many row-passes as the rows' own st
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 import torch
 from test_pairs import CLIPS
 
-from specdec import batching
+from specdec import batching, cli
 from specdec.audio import AudioError, load_audio
 from specdec.batch_runner import BatchRunner
 from specdec.decoding import language_token_id
@@ -208,3 +209,26 @@ def test_batch_runner_matches_one_row_runners(separate_pair):
         together.rollback(lengths)
         for runner, length in zip(alone, lengths, strict=True):
             runner.rollback(length)
+
+
+def test_cli_batch_with_a_bad_file(demo_models, separate_pair, tmp_path, capsys):
+    bad = tmp_path / "not-audio.wav"
+    bad.write_text("this is not audio")
+    files = [str(ASSETS / "es-biblioteca.wav"), str(bad), str(ASSETS / "en-weather.wav")]
+    exit_code = cli.main(
+        [
+            "transcribe", *files, "--batch-size", "3", "--compare", "--json", "--device", "cpu",
+            "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
+            "--language", "en", "--max-new-tokens", "30",
+        ]
+    )  # fmt: skip
+    output = capsys.readouterr()
+    assert exit_code == cli.EXIT_BAD_INPUT
+    assert [line for line in output.err.splitlines() if "not-audio.wav" in line][0].startswith(
+        "specdec: error:"
+    )
+    records = [json.loads(line) for line in output.out.splitlines()]
+    assert [record["audio"] for record in records] == files[::2]
+    for record, path in zip(records, files[::2], strict=True):
+        alone = separate_pair.transcribe(path, language="en", max_tokens=30, return_stats=True)[0]
+        assert record["identical"] and record["speculative"]["token_ids"] == list(alone.token_ids)
