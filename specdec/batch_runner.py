@@ -49,11 +49,11 @@ class PositionedLayer(CacheLayerMixin):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        write_positions = self.owner.write_positions  # (batch, width)
-        needed = int(write_positions.max()) + 1
-        if needed > self.keys.shape[2]:
-            self._grow(-(-needed // CAPACITY_STEP) * CAPACITY_STEP)
-        index = write_positions[:, None, :, None].expand_as(key_states)
+        if self.owner.end_position > self.keys.shape[2]:
+            self._grow(-(-self.owner.end_position // CAPACITY_STEP) * CAPACITY_STEP)
+        index = self.owner.write_positions[:, None, :, None].expand_as(
+            key_states
+        )  # (batch, heads, width, dim)
         self.keys.scatter_(2, index, key_states)
         self.values.scatter_(2, index, value_states)
         kv_length = self.owner.kv_length
@@ -93,8 +93,10 @@ class BatchRunner:
         self.cache = EncoderDecoderCache(Cache(layers=self.layers), DynamicCache(config=cache_config))
         self.lengths = [0] * encoder_hidden_states.shape[0]
         self.max_positions = model.config.max_target_positions
-        self.write_positions = torch.zeros(0, 0, dtype=torch.long)
-        self.kv_length = 0
+        # set by each feed for the layers: where each token goes, the keys to attend over, the cache end
+        self.write_positions = torch.zeros(0, 0, dtype=torch.long)  # (batch, width)
+        self.kv_length = 0  # the longest row's length after this feed
+        self.end_position = 0  # one past the last position written, padding included
 
     @property
     def batch_size(self) -> int:
@@ -105,15 +107,16 @@ class BatchRunner:
         """Append each row's tokens (any number, 0 included) to its cache; per row, logits
         (len(token_ids[b]), vocab) predicting the token after each."""
         device = self.model.device
-        counts = torch.tensor([len(tokens) for tokens in token_ids], device=device)
-        width = max(int(counts.max()), 1)
-        offsets = torch.arange(width, device=device)
+        width = max(max(len(tokens) for tokens in token_ids), 1)
         lengths = torch.tensor(self.lengths, device=device)
-        positions = lengths[:, None] + offsets  # (batch, width); padding continues past the real tokens
+        positions = lengths[:, None] + torch.arange(width, device=device)  # (batch, width); padding goes on
         padded = [tokens + [0] * (width - len(tokens)) for tokens in token_ids]
         input_ids = torch.tensor(padded, dtype=torch.long, device=device)  # (batch, width)
         self.write_positions = positions
-        self.kv_length = int((lengths + counts).max())
+        self.kv_length = max(
+            length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)
+        )
+        self.end_position = max(self.lengths) + width
         key_positions = torch.arange(self.kv_length, device=device)
         hidden = key_positions[None, None, :] > positions[:, :, None]  # (batch, width, kv_length)
         dtype = self.model.dtype
