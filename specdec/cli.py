@@ -256,12 +256,10 @@ def _transcribe(args: argparse.Namespace) -> int:
     exit_code = 0
     for start in range(0, len(args.audio), args.batch_size):
         paths = args.audio[start : start + args.batch_size]
-        batch = whisper.transcribe_many(paths, options, batch_size=args.batch_size, errors="return")
+        batch = whisper.transcribe_many(paths, options, batch_size=args.batch_size)
         baselines = [None] * len(paths)
         if args.compare:
-            baselines = whisper.transcribe_many(
-                paths, options, speculative=False, batch_size=args.batch_size, errors="return"
-            )
+            baselines = whisper.transcribe_many(paths, options, speculative=False, batch_size=args.batch_size)
         for speculative, baseline in zip(batch, baselines, strict=True):
             if isinstance(speculative, AudioError):  # one line per unreadable file; the others go on
                 print(f"specdec: error: {_one_line(speculative)}", file=sys.stderr)

@@ -18,6 +18,22 @@ from specdec.speculative import Drafter
 from specdec.trace import DecodeResult
 
 
+class BatchAudioError(AudioError):
+    """Some clips of a batch could not be read; the others were transcribed and are kept here.
+
+    `results` holds, in input order, each clip's result (as `transcribe` would have returned it) or the
+    AudioError that stands in its place, so nothing already decoded is lost.
+    """
+
+    def __init__(self, results: list) -> None:
+        failed = [result for result in results if isinstance(result, AudioError)]
+        done = len(results) - len(failed)
+        super().__init__(
+            f"{len(failed)} of {len(results)} clips unreadable ({done} transcribed): {failed[0]}"
+        )
+        self.results = results
+
+
 @dataclass(frozen=True)
 class Transcription:
     """One clip's transcript with the full decoding record."""
@@ -74,17 +90,22 @@ class SpeculativeWhisper:
         Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
         Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
         batch_size clips are decoded together, each row accepting its own number of draft tokens
-        (`batching.py`); every clip's output is the same as decoded alone. An unreadable clip raises its
-        AudioError (errors="raise") or, with errors="return", stands in that clip's place while the
-        others are transcribed.
+        (`batching.py`); every clip's output is the same as decoded alone. Unreadable clips never stop
+        the others: with errors="return" each one's AudioError stands in its place in the list; with
+        errors="raise" (default) a single clip raises its AudioError, and several raise a BatchAudioError
+        once all the others are transcribed, with every result in its `results`.
         """
         decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
-        results = self.transcribe_many(
-            _as_list(audio), decode_options, sample_rate, speculative, batch_size, errors
-        )
-        if return_stats:
-            return results
-        return [result if isinstance(result, AudioError) else result.text for result in results]
+        sources = _as_list(audio)
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+        results = self.transcribe_many(sources, decode_options, sample_rate, speculative, batch_size)
+        if not return_stats:
+            results = [result if isinstance(result, AudioError) else result.text for result in results]
+        failed = [result for result in results if isinstance(result, AudioError)]
+        if failed and errors == "raise":
+            raise failed[0] if len(results) == 1 else BatchAudioError(results)
+        return results
 
     def transcribe_many(
         self,
@@ -93,21 +114,18 @@ class SpeculativeWhisper:
         sample_rate: int | None = None,
         speculative: bool = True,
         batch_size: int = 1,
-        errors: str = "raise",
     ) -> list[Transcription | AudioError]:
-        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded."""
+        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded.
+
+        An unreadable clip's AudioError stands in its place; the others are transcribed.
+        """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        if errors not in ("raise", "return"):
-            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
         options = options or DecodeOptions()
         results: list[Transcription | AudioError] = []
         for start in range(0, len(sources), batch_size):
             batch = list(sources[start : start + batch_size])
             loaded = [_load(source, sample_rate) for source in batch]
-            failed = [waveform for waveform in loaded if isinstance(waveform, AudioError)]
-            if failed and errors == "raise":
-                raise failed[0]
             readable = [i for i, waveform in enumerate(loaded) if not isinstance(waveform, AudioError)]
             names = [_describe(batch[i]) for i in readable]
             decoded = iter(

@@ -26,7 +26,7 @@ from specdec.decoding import language_token_id
 from specdec.options import DecodeOptions
 from specdec.runner import DecoderRunner, encode
 from specdec.trace import ACCEPTED, TARGET
-from specdec.transcriber import SpeculativeWhisper, _features
+from specdec.transcriber import BatchAudioError, SpeculativeWhisper, _features
 
 ASSETS = Path(__file__).parent.parent / "assets"
 MAX_NEW_TOKENS = 40
@@ -173,8 +173,11 @@ def test_unreadable_file_in_a_batch(separate_pair, tmp_path):
     assert isinstance(texts[1], AudioError) and "not-audio.wav" in str(texts[1])
     alone = [separate_pair.transcribe(path, language="en", max_tokens=20)[0] for path in files[::2]]
     assert [texts[0], texts[2]] == alone
-    with pytest.raises(AudioError):
-        separate_pair.transcribe(files, batch_size=3, language="en", max_tokens=20)
+    with pytest.raises(BatchAudioError, match="1 of 3 clips unreadable") as raised:  # by default
+        separate_pair.transcribe(files, batch_size=2, language="en", max_tokens=20)
+    assert raised.value.results[::2] == alone and isinstance(raised.value.results[1], AudioError)
+    with pytest.raises(AudioError, match="not-audio.wav"):
+        separate_pair.transcribe(bad)
 
 
 def test_batch_runner_matches_one_row_runners(separate_pair):
