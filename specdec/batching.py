@@ -30,14 +30,14 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.acceptance import Verdict, greedy_accept, speculative_sample
+from specdec.acceptance import Verdict
 from specdec.batch_runner import BatchRunner
 from specdec.decoding import ClipDecoding, language_ids, make_generator, window_features
 from specdec.models import DraftKind, ModelPair
 from specdec.options import DecodeOptions
 from specdec.processing import LogitsPipeline
 from specdec.runner import encode
-from specdec.speculative import Proposal, Row, _accept, _adapt, _choose
+from specdec.speculative import Proposal, Row, accept_tokens, adapt_draft_length, choose_token, judge
 from specdec.trace import ACCEPTED, DecodeResult, Step
 from specdec.vocabulary import VocabularyMap
 
@@ -90,7 +90,7 @@ class BatchDrafter:
                 draft_probs = (
                     lane.pipeline.probs(scores) if options.sampling else torch.softmax(scores.float(), -1)
                 )
-                token = _choose(scores, draft_probs, options.sampling, lane.generator)
+                token = choose_token(scores, draft_probs, options.sampling, lane.generator)
                 tokens[b].append(token)
                 probs[b].append(draft_probs[0])
                 self.sequences[b].append(self.vocabulary.to_draft([token])[0])
@@ -157,16 +157,25 @@ def decode_batch(
         ]
         verdicts = []
         for lane, proposal, logits in zip(active, proposals, target.feed(feeds), strict=True):
-            verdict, target_probs = _judge(lane, proposal, logits[-(len(proposal.tokens) + 1) :], options)
+            verdict, target_probs = judge(
+                lane.row,
+                proposal,
+                logits[-(len(proposal.tokens) + 1) :],
+                lane.pipeline,
+                options,
+                lane.generator,
+            )
             step = lane.first_step + len(lane.row.steps)
-            _accept(lane.row, proposal, verdict, target_probs, lane.pipeline.eos_token_id, lane.window, step)
+            accept_tokens(
+                lane.row, proposal, verdict, target_probs, lane.pipeline.eos_token_id, lane.window, step
+            )
             verdicts.append(verdict)
         target.rollback([len(lane.row.sequence) - 1 for lane in active])  # the newest token is fed next step
         verify_seconds = time.perf_counter() - verify_start
         for lane, proposal, verdict in zip(active, proposals, verdicts, strict=True):
             _record(lane, proposal, verdict, step_start - clock_start, verify_seconds)
             if options.adaptive and drafter is not None:
-                _adapt(lane.row, len(proposal.tokens), verdict.n_accepted, options)
+                adapt_draft_length(lane.row, len(proposal.tokens), verdict.n_accepted, options)
             lane.row.finished = lane.row.finished or len(lane.row.generated) >= lane.max_new_tokens
         unfinished = [b for b, lane in enumerate(active) if not lane.row.finished]
         if len(unfinished) < len(active):
@@ -175,21 +184,6 @@ def decode_batch(
                 drafter.keep(unfinished)
             active = [active[b] for b in unfinished]
     return lanes
-
-
-def _judge(
-    lane: Lane, proposal: Proposal, logits: torch.Tensor, options: DecodeOptions
-) -> tuple[Verdict, torch.Tensor]:
-    """The acceptance rule on one row's target logits (k+1, vocab): verdict and target_probs (k+1, vocab).
-
-    The same as speculative._verify after its target pass."""
-    scores = lane.pipeline.scores_at(lane.row.sequence, proposal.tokens, logits)
-    draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
-    if options.sampling:
-        target_probs = lane.pipeline.probs(scores)
-        draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
-        return speculative_sample(draft_tokens, draft_probs, target_probs, lane.generator), target_probs
-    return greedy_accept(draft_tokens, scores), torch.softmax(scores.float(), dim=-1)
 
 
 def _record(

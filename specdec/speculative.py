@@ -89,7 +89,7 @@ class Drafter:
             draft_probs = (
                 self.pipeline.probs(scores) if options.sampling else torch.softmax(scores.float(), -1)
             )
-            token = _choose(scores, draft_probs, options.sampling, generator)
+            token = choose_token(scores, draft_probs, options.sampling, generator)
             tokens.append(token)
             probs.append(draft_probs[0])
             self.sequence.append(self.vocabulary.to_draft([token])[0])
@@ -110,7 +110,7 @@ class Drafter:
         self.sequence = sequence
 
 
-def _choose(
+def choose_token(
     scores: torch.Tensor, probs: torch.Tensor, sampling: bool, generator: torch.Generator | None
 ) -> int:
     """Argmax of the processed scores, or a sample from probs; scores, probs: (1, vocab)."""
@@ -145,7 +145,7 @@ def decode_window(
         )
         verify_start = time.perf_counter()
         verdict, target_probs = _verify(target, row, proposal, pipeline, options, generator)
-        _accept(
+        accept_tokens(
             row, proposal, verdict, target_probs, pipeline.eos_token_id, window, first_step + len(row.steps)
         )
         target.rollback(len(row.sequence) - 1)  # the newest token is fed with the next step
@@ -162,7 +162,7 @@ def decode_window(
             )
         )
         if options.adaptive and drafter is not None:
-            _adapt(row, len(proposal.tokens), verdict.n_accepted, options)
+            adapt_draft_length(row, len(proposal.tokens), verdict.n_accepted, options)
         row.finished = row.finished or len(row.generated) >= max_new_tokens
     return row
 
@@ -179,6 +179,18 @@ def _verify(
     num_draft_tokens = len(proposal.tokens)
     pending = row.sequence[target.length :]
     logits = target.feed(pending + proposal.tokens)[-(num_draft_tokens + 1) :]  # (k+1, vocab)
+    return judge(row, proposal, logits, pipeline, options, generator)
+
+
+def judge(
+    row: Row,
+    proposal: Proposal,
+    logits: torch.Tensor,
+    pipeline: LogitsPipeline,
+    options: DecodeOptions,
+    generator: torch.Generator | None,
+) -> tuple[Verdict, torch.Tensor]:
+    """The acceptance rule on the target's logits (k+1, vocab) after row.sequence: verdict, target_probs."""
     scores = pipeline.scores_at(row.sequence, proposal.tokens, logits)
     draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
     if options.sampling:
@@ -188,7 +200,7 @@ def _verify(
     return greedy_accept(draft_tokens, scores), torch.softmax(scores.float(), dim=-1)
 
 
-def _accept(
+def accept_tokens(
     row: Row,
     proposal: Proposal,
     verdict: Verdict,
@@ -224,7 +236,7 @@ def _accept(
     row.sequence.extend(new_tokens)
 
 
-def _adapt(row: Row, used: int, n_accepted: int, options: DecodeOptions) -> None:
+def adapt_draft_length(row: Row, used: int, n_accepted: int, options: DecodeOptions) -> None:
     """Grow k after a fully accepted draft of full length, shrink it after a rejection; bounded.
 
     A draft already at the minimum length and rejected outright pauses drafting for 1, 2, 4, ...

@@ -16,7 +16,7 @@ from specdec.bench import BenchOptions
 from specdec.bench_report import leviathan_bound, run_and_report
 from specdec.controlled import controlled_draft, make_plan, plan_from
 from specdec.options import DecodeOptions
-from specdec.speculative import Row, _adapt
+from specdec.speculative import Row, adapt_draft_length
 from specdec.trace import DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
@@ -122,14 +122,14 @@ def test_adaptive_pauses_a_useless_draft_and_resumes():
     for step in range(40):
         if not row.paused:
             drafted_at.append(step)
-            _adapt(row, used=1, n_accepted=0, options=options)
+            adapt_draft_length(row, used=1, n_accepted=0, options=options)
         else:
-            _adapt(row, used=0, n_accepted=0, options=options)
+            adapt_draft_length(row, used=0, n_accepted=0, options=options)
     assert drafted_at[:5] == [0, 2, 5, 10, 19] and len(drafted_at) == 6  # pauses 1, 2, 4, 8, 16, 16
-    _adapt(row, used=0, n_accepted=0, options=options)  # pauses run out ...
+    adapt_draft_length(row, used=0, n_accepted=0, options=options)  # pauses run out ...
     while row.paused:
-        _adapt(row, used=0, n_accepted=0, options=options)
-    _adapt(row, used=1, n_accepted=1, options=options)  # ... and one accepted token ends them
+        adapt_draft_length(row, used=0, n_accepted=0, options=options)
+    adapt_draft_length(row, used=1, n_accepted=1, options=options)  # ... and one accepted token ends them
     assert row.backoff == 0 and row.paused == 0 and row.num_draft_tokens == 2
 
 
