@@ -268,10 +268,10 @@ def latency_figure(listener: Listener | None) -> go.Figure:
         )
     figure.update_layout(
         height=260,
-        margin=dict(l=40, r=40, t=30, b=40),
+        margin=dict(l=40, r=40, t=50, b=40),
         xaxis_title="audio received (s)",
         yaxis=dict(title="latency (ms)", rangemode="tozero"),
         yaxis2=dict(title="target passes", overlaying="y", side="right", rangemode="tozero", showgrid=False),
-        legend=dict(orientation="h", y=1.15),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     return figure
