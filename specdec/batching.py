@@ -32,7 +32,7 @@ import torch
 
 from specdec.acceptance import Verdict
 from specdec.batch_runner import BatchRunner
-from specdec.decoding import ClipDecoding, language_ids, make_generator, window_features
+from specdec.decoding import ClipDecoding, Encoder, language_ids, make_generator, window_features
 from specdec.models import DraftKind, ModelPair
 from specdec.options import DecodeOptions
 from specdec.processing import LogitsPipeline
@@ -210,12 +210,14 @@ def decode_batch_features(
     draft_features: list[torch.Tensor | None],
     options: DecodeOptions,
     use_draft: bool = True,
+    encoder: Encoder = encode,
 ) -> list[DecodeResult]:
     """Decode clips together (features[i]: (1, mel_bins, frames); draft_features[i] the draft's own, or None
     for a shared encoder); each result is the one `decode_features` gives for that clip alone.
 
     Timings are the batch's wall clock: a clip's encoder seconds are its rounds' batched encodings, its
-    total seconds run from the batch's start to the end of its last window.
+    total seconds run from the batch's start to the end of its last window. encoder runs a model's encoder
+    on a batch of windows (batch, mel_bins, 3000), as decode_features' does on one (the benchmark's memo).
     """
     clock_start = time.perf_counter()
     target = pair.target.model
@@ -228,14 +230,14 @@ def decode_batch_features(
         for clip_features, clip_draft_features in zip(features, draft_features, strict=True)
     ]
     while pending := [clip for clip in clips if not clip.done]:
-        hidden, seconds = encode(target, torch.cat([window_features(c.features, c.seek) for c in pending]))
+        hidden, seconds = encoder(target, torch.cat([window_features(c.features, c.seek) for c in pending]))
         for clip, language_id in zip(pending, language_ids(pair, options, hidden), strict=True):
             if clip.first_prompt is None:
                 clip.language_id = language_id
         lanes = [_lane(clip, pair, options, hidden.device) for clip in pending]
         drafter = None
         if use_draft:
-            drafter, draft_seconds = _batch_drafter(pair, hidden, pending, lanes)
+            drafter, draft_seconds = _batch_drafter(pair, hidden, pending, lanes, encoder)
             seconds += draft_seconds
         for clip in pending:
             clip.encoder_seconds += seconds
@@ -258,7 +260,11 @@ def _lane(clip: ClipDecoding, pair: ModelPair, options: DecodeOptions, device: t
 
 
 def _batch_drafter(
-    pair: ModelPair, target_hidden: torch.Tensor, clips: list[ClipDecoding], lanes: list[Lane]
+    pair: ModelPair,
+    target_hidden: torch.Tensor,
+    clips: list[ClipDecoding],
+    lanes: list[Lane],
+    encoder: Encoder = encode,
 ) -> tuple[BatchDrafter, float]:
     """The draft's batch runner: the target's encoder output if shared, else its own batched encoding."""
     seconds = 0.0
@@ -266,6 +272,6 @@ def _batch_drafter(
         hidden = target_hidden
     else:
         windows = torch.cat([window_features(clip.draft_features, clip.seek) for clip in clips])
-        hidden, seconds = encode(pair.draft.model, windows)
+        hidden, seconds = encoder(pair.draft.model, windows)
     draft_prompts = [pair.vocabulary.prompt_to_draft(lane.row.sequence) for lane in lanes]
     return BatchDrafter(BatchRunner(pair.draft.model, hidden), pair.vocabulary, draft_prompts), seconds
