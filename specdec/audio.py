@@ -2,13 +2,14 @@
 
 Truncated files, as soundfile 0.14 / libsndfile 1.2.2 handle them:
 - WAV: the header is trusted only as far as the data goes, so the readable prefix is returned (accepted).
-- FLAC: ``soundfile.read`` fails with "flac decoder lost sync"; this becomes an ``AudioError``.
+- FLAC: reading fails with "flac decoder lost sync"; this becomes an ``AudioError``.
 - OGG/Vorbis: depending on where it is cut, the file fails to open ("malformed"), decodes to zero samples
   (an ``AudioError``), or decodes to its readable prefix (accepted).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import soundfile as sf
 import soxr
 
 SAMPLE_RATE = 16_000
-MAX_SECONDS = 30.0  # short-form decoding only, for now
+MAX_SECONDS = 30.0  # one Whisper window: the limit of short-form decoding
+MAX_LONG_SECONDS = 4 * 3600.0  # long-form decoding (specdec.longform): a sane upper bound
+BLOCK_FRAMES = 1 << 16  # frames read from a file at a time, so that it is never decoded whole
 MAX_ARRAY_CHANNELS = 8  # an array with more "channels" than this has most likely been passed transposed
 
 AudioSource = str | os.PathLike | np.ndarray | tuple[int, np.ndarray]
@@ -38,8 +41,8 @@ def load_audio(
     if isinstance(source, (str, os.PathLike)):
         if sample_rate is not None:
             raise AudioError(f"{source}: sample_rate is only for numpy arrays; a file carries its own rate")
-        name, samples, rate = _read_file(Path(source), max_seconds)
-    elif isinstance(source, tuple):
+        return _read_file(Path(source), max_seconds)
+    if isinstance(source, tuple):
         if sample_rate is not None or len(source) != 2:
             raise AudioError("audio tuple: expected (sample_rate, array) as Gradio gives, and no sample_rate")
         name, (rate, samples) = "audio", source
@@ -55,8 +58,57 @@ def load_audio(
     return _to_whisper_input(name, samples, rate)
 
 
-def _read_file(path: Path, max_seconds: float | None) -> tuple[str, np.ndarray, int]:
-    """Decode a file to (name, float32 frames (samples, channels), rate), checking length before decoding."""
+def _read_file(path: Path, max_seconds: float | None) -> np.ndarray:
+    """Decode a file block by block into one 16 kHz mono float32 array, checking its length first.
+
+    Never more than one block at the file's own rate is in memory besides the output: each block is
+    downmixed and fed to a streaming resampler (the same samples as resampling the whole file at once).
+    """
+    name, info = _open_checked(path, max_seconds)
+    rate = info.samplerate
+    resampler = None
+    if rate != SAMPLE_RATE:
+        resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+    output = _Output(math.ceil(info.frames * SAMPLE_RATE / rate) + 64)
+    num_frames = 0
+    try:
+        with sf.SoundFile(name) as audio_file:
+            for block in audio_file.blocks(BLOCK_FRAMES, dtype="float32", always_2d=True):
+                num_frames += len(block)
+                mono = _downmix(name, block)
+                output.append(mono if resampler is None else resampler.resample_chunk(mono))
+    except (sf.SoundFileError, RuntimeError, OSError) as err:
+        reason = _reason(err)
+        raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
+    _check_duration(name, num_frames, rate, max_seconds)
+    if resampler is not None:
+        output.append(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        if output.size == 0:
+            raise AudioError(f"{name}: too short ({num_frames} samples at {rate} Hz)")
+    return output.samples()
+
+
+class _Output:
+    """A float32 array filled piece by piece; allocated once from the header's length."""
+
+    def __init__(self, capacity: int) -> None:
+        self.buffer = np.empty(capacity, np.float32)
+        self.size = 0
+
+    def append(self, piece: np.ndarray) -> None:
+        if self.size + len(piece) > len(self.buffer):  # a header that undercounts: grow (rare)
+            self.buffer = np.concatenate(
+                [self.buffer, np.empty(max(len(piece), len(self.buffer) // 2), np.float32)]
+            )
+        self.buffer[self.size : self.size + len(piece)] = piece
+        self.size += len(piece)
+
+    def samples(self) -> np.ndarray:
+        return self.buffer[: self.size]
+
+
+def _open_checked(path: Path, max_seconds: float | None) -> tuple[str, sf._SoundFileInfo]:
+    """The file's name and header, after checking it exists, is audio, and is not too long."""
     name = str(path)
     if not path.exists():
         raise AudioError(f"{name}: no such file")
@@ -71,12 +123,7 @@ def _read_file(path: Path, max_seconds: float | None) -> tuple[str, np.ndarray, 
     _check_rate(name, info.samplerate)
     # Reject long files from the header, before decoding them into memory.
     _check_duration(name, info.frames, info.samplerate, max_seconds)
-    try:
-        frames, rate = sf.read(name, dtype="float32", always_2d=True)
-    except (sf.SoundFileError, RuntimeError, OSError) as err:
-        reason = _reason(err)
-        raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
-    return name, frames, rate
+    return name, info
 
 
 def _reason(err: Exception) -> str:
@@ -123,6 +170,8 @@ def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float
     if num_samples == 0:
         raise AudioError(f"{name}: contains no audio samples")
     seconds = num_samples / rate
+    if max_seconds is not None and seconds > max_seconds >= MAX_LONG_SECONDS:
+        raise AudioError(f"{name} is {seconds:.1f} s long; the limit is {max_seconds / 3600:g} hours")
     if max_seconds is not None and seconds > max_seconds:
         raise AudioError(
             f"{name} is {seconds:.1f} s long; audio longer than {max_seconds:g} s is not supported yet "
