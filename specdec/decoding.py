@@ -11,8 +11,10 @@ timestamp tokens after `<|notimestamps|>`). We reproduce that loop exactly
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -25,12 +27,13 @@ from specdec.options import DecodeOptions
 from specdec.processing import LogitsPipeline
 from specdec.runner import DecoderRunner, encode
 from specdec.speculative import Drafter, Row, decode_window
-from specdec.trace import DecodeResult, Step, TokenRecord
+from specdec.trace import DecodeResult, Step, TokenRecord, Window
 
 WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
 INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
-MAX_WINDOWS = 64  # a guard against a window loop that stops advancing
+MAX_WINDOWS = 64  # per 30 s of audio: a guard against a window loop that stops advancing
 TIMESTAMP_SECONDS = 0.02  # one timestamp token step
+FRAME_SECONDS = 0.01  # one mel frame (hop of 160 samples at 16 kHz)
 
 # (model, window features (1, mel_bins, 3000)) -> (encoder output (1, 1500, d_model), seconds)
 Encoder = Callable[[WhisperForConditionalGeneration, torch.Tensor], tuple[torch.Tensor, float]]
@@ -108,8 +111,22 @@ def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) ->
     return kept, (tokens[kept - 2] - timestamp_begin) * INPUT_STRIDE
 
 
-def window_features(features: torch.Tensor, seek: int) -> torch.Tensor:
+class FeatureWindows(Protocol):
+    """Features computed one window at a time (a long file's, see `longform.WindowedFeatures`)."""
+
+    @property
+    def shape(self) -> tuple[int, int, int]: ...  # (1, mel_bins, frames) of the whole file
+
+    def window(self, seek: int) -> torch.Tensor: ...  # what window_features gives for a full tensor
+
+
+Features = torch.Tensor | FeatureWindows
+
+
+def window_features(features: Features, seek: int) -> torch.Tensor:
     """30 s of features from frame `seek`, zero-padded like generate()'s `_get_input_segment`."""
+    if not isinstance(features, torch.Tensor):
+        return features.window(seek)
     segment = features[:, :, seek : seek + WINDOW_FRAMES]
     return F.pad(segment, (0, WINDOW_FRAMES - segment.shape[-1]))
 
@@ -122,8 +139,8 @@ class ClipDecoding:
     side by side. Both build each window's prompt and fold its row back in with the same methods.
     """
 
-    features: torch.Tensor  # (1, mel_bins, frames): the target's log-mel features
-    draft_features: torch.Tensor | None  # the draft's own features (a separate encoder), else None
+    features: Features  # (1, mel_bins, frames): the target's log-mel features
+    draft_features: Features | None  # the draft's own features (a separate encoder), else None
     generator: torch.Generator
     clock_start: float
     seek: int = 0  # first frame of the next window
@@ -134,6 +151,7 @@ class ClipDecoding:
     output: list[int] = dataclasses.field(default_factory=list)
     tokens: list[TokenRecord] = dataclasses.field(default_factory=list)
     steps: list[Step] = dataclasses.field(default_factory=list)
+    windows: list[Window] = dataclasses.field(default_factory=list)
     done: bool = False
     end_seconds: float | None = None  # clock time when the last window was folded in
 
@@ -168,10 +186,16 @@ class ClipDecoding:
             for i, record in enumerate(row.tokens)
         ]
         self.steps += row.steps
+        self.windows.append(
+            Window(
+                self.window, round(self.seek * FRAME_SECONDS, 2), round(self.window_frames * FRAME_SECONDS, 2)
+            )
+        )
         self.seek += advance
         self.window += 1
         # advance <= 0 would decode the same window forever; generate() has no such guard
-        self.done = advance <= 0 or self.seek >= self.features.shape[-1] or self.window >= MAX_WINDOWS
+        max_windows = MAX_WINDOWS * max(1, math.ceil(self.features.shape[-1] / WINDOW_FRAMES))
+        self.done = advance <= 0 or self.seek >= self.features.shape[-1] or self.window >= max_windows
         self.end_seconds = time.perf_counter() - self.clock_start
 
     def result(self, config: GenerationConfig) -> DecodeResult:
@@ -183,24 +207,27 @@ class ClipDecoding:
             steps=tuple(self.steps),
             encoder_seconds=self.encoder_seconds,
             total_seconds=self.end_seconds or time.perf_counter() - self.clock_start,
+            windows=tuple(self.windows),
         )
 
 
 def decode_features(
     pair: ModelPair,
-    features: torch.Tensor,
-    draft_features: torch.Tensor | None,
+    features: Features,
+    draft_features: Features | None,
     options: DecodeOptions,
     use_draft: bool = True,
     wrap_drafter: Callable[[Drafter | None], Drafter] | None = None,
     encoder: Encoder = encode,
+    on_window: Callable[[ClipDecoding], None] | None = None,
 ) -> DecodeResult:
     """Decode one clip (features: (1, mel_bins, frames)); speculative when use_draft and a draft exists.
 
     wrap_drafter, if given, replaces each window's drafter (None without a draft) with its own, e.g. live
     hypothesis reuse. options.prompt_ids condition the first window only, as generate()'s prompt_ids do.
     encoder runs a model's encoder on one window; the benchmark passes a memo so that each clip is encoded
-    once per model (its seconds count as encoder time, never as decode time).
+    once per model (its seconds count as encoder time, never as decode time). on_window is called after
+    each window is folded in (progress of a long file).
     """
     clock_start = time.perf_counter()
     config = pair.target.model.generation_config
@@ -228,6 +255,8 @@ def decode_features(
             clip.window, clip.generator, clock_start, len(clip.steps),
         )  # fmt: skip
         clip.finish_window(row, config, pipeline.eos_token_id)
+        if on_window is not None:
+            on_window(clip)
     return clip.result(config)
 
 
@@ -251,7 +280,7 @@ def _language_code(config: GenerationConfig, language_id: int | None) -> str:
 def _drafter(
     pair: ModelPair,
     target_hidden: torch.Tensor,
-    draft_features: torch.Tensor | None,
+    draft_features: Features | None,
     seek: int,
     prompt: list[int],
     pipeline: LogitsPipeline,

@@ -45,6 +45,29 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One decoded window (up to 30 s) and where it lies in the file: the seek table of a long file.
+
+    Tokens and steps name their window by `index`; a plot of a long file's steps marks its boundaries
+    from here.
+    """
+
+    index: int  # the `window` of its tokens and steps
+    start_seconds: float  # where the window starts in the whole file
+    seconds: float  # audio decoded in it (the rest of the 30 s is padding)
+    chunk: int | None = None  # chunked long-form decoding: the chunk this window belongs to
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of transcript between two timestamps, in seconds from the start of the whole file."""
+
+    start_seconds: float | None  # None where the model gave no timestamp (e.g. cut off at the end)
+    end_seconds: float | None
+    token_ids: tuple[int, ...]  # text tokens only
+
+
+@dataclass(frozen=True)
 class DecodeResult:
     """A whole decoding of one clip: output ids, every token's story, every step, timings."""
 
@@ -55,6 +78,8 @@ class DecodeResult:
     steps: tuple[Step, ...]
     encoder_seconds: float
     total_seconds: float  # encoder + decode, wall clock
+    windows: tuple[Window, ...] = ()  # every decoded window in order; token.window / step.window index it
+    segments: tuple[Segment, ...] = ()  # chunked long-form with timestamps: file-relative segments
 
     @property
     def num_target_passes(self) -> int:

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.audio import SAMPLE_RATE, AudioError, AudioSource, load_audio
+from specdec import longform
+from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
 from specdec.batching import decode_batch_features
 from specdec.decoding import decode_features
 from specdec.models import DraftKind, LoadedModel, ModelPair, load_pair
@@ -83,9 +84,11 @@ class SpeculativeWhisper:
         return_stats: bool = False,
         speculative: bool = True,
         errors: str = "raise",
+        long_form: str = "sequential",
+        progress: longform.Progress | None = None,
         **options,
     ) -> list[str | AudioError] | list[Transcription | AudioError]:
-        """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples.
+        """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples, up to 4 hours.
 
         Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
         Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
@@ -94,12 +97,21 @@ class SpeculativeWhisper:
         the others: with errors="return" each one's AudioError stands in its place in the list; with
         errors="raise" (default) a single clip raises its AudioError, and several raise a BatchAudioError
         once all the others are transcribed, with every result in its `results`.
+
+        Audio over 30 s is decoded long-form (timestamps always on, as generate() requires), one file at a
+        time: long_form="sequential" (default) is Whisper's own algorithm, output identical to
+        generate() on the whole file (`longform.py`); "chunked" decodes overlapping 30 s chunks as one
+        batch (8 at a time, or batch_size if larger) and merges them as transformers' ASR pipeline does
+        (`chunking.py`): faster, not generate()'s output. progress(fraction, message) follows each long
+        file. Clips up to 30 s are decoded as before in either mode.
         """
         decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
         sources = _as_list(audio)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
-        results = self.transcribe_many(sources, decode_options, sample_rate, speculative, batch_size)
+        results = self.transcribe_many(
+            sources, decode_options, sample_rate, speculative, batch_size, long_form, progress
+        )
         if not return_stats:
             results = [result if isinstance(result, AudioError) else result.text for result in results]
         failed = [result for result in results if isinstance(result, AudioError)]
@@ -114,26 +126,34 @@ class SpeculativeWhisper:
         sample_rate: int | None = None,
         speculative: bool = True,
         batch_size: int = 1,
+        long_form: str = "sequential",
+        progress: longform.Progress | None = None,
     ) -> list[Transcription | AudioError]:
-        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded.
+        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded:
+        the clips up to 30 s together, each longer one on its own (long_form).
 
         An unreadable clip's AudioError stands in its place; the others are transcribed.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        longform.check_mode(long_form)
         options = options or DecodeOptions()
         results: list[Transcription | AudioError] = []
         for start in range(0, len(sources), batch_size):
             batch = list(sources[start : start + batch_size])
             loaded = [_load(source, sample_rate) for source in batch]
-            readable = [i for i, waveform in enumerate(loaded) if not isinstance(waveform, AudioError)]
-            names = [_describe(batch[i]) for i in readable]
-            decoded = iter(
-                self.transcribe_waveforms([loaded[i] for i in readable], options, speculative, names)
+            short = [i for i, audio in enumerate(loaded) if _is_short(audio)]
+            names = [_describe(source) for source in batch]
+            together = self.transcribe_waveforms(
+                [loaded[i] for i in short], options, speculative, [names[i] for i in short]
             )
-            results += [
-                waveform if isinstance(waveform, AudioError) else next(decoded) for waveform in loaded
-            ]
+            decoded = dict(zip(short, together, strict=True))
+            for i, audio in enumerate(loaded):
+                if i not in decoded and not isinstance(audio, AudioError):
+                    decoded[i] = self.transcribe_long(
+                        audio, options, speculative, names[i], long_form, batch_size, progress
+                    )
+                results.append(decoded.get(i, audio))
         return results
 
     def transcribe_one(
@@ -143,10 +163,33 @@ class SpeculativeWhisper:
         sample_rate: int | None = None,
         speculative: bool = True,
     ) -> Transcription:
-        """One clip, speculative (or target-only with speculative=False)."""
+        """One clip, speculative (or target-only with speculative=False); over 30 s in sequential mode."""
         options = options or DecodeOptions()
-        waveform = load_audio(audio, sample_rate=sample_rate)
+        waveform = load_audio(audio, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
+        if longform.is_long(waveform):
+            return self.transcribe_long(waveform, options, speculative, _describe(audio))
         return self.transcribe_waveform(waveform, options, speculative, name=_describe(audio))
+
+    def transcribe_long(
+        self,
+        waveform: np.ndarray,
+        options: DecodeOptions,
+        speculative: bool = True,
+        name: str = "audio",
+        long_form: str = "sequential",
+        batch_size: int = 1,
+        progress: longform.Progress | None = None,
+    ) -> Transcription:
+        """A 16 kHz waveform of any length, long-form (see `transcribe`); progress(fraction, message)."""
+        longform.check_mode(long_form)
+        if long_form == "chunked":
+            from specdec.chunking import CHUNK_BATCH_SIZE, decode_chunked
+
+            chunk_batch = batch_size if batch_size > 1 else CHUNK_BATCH_SIZE
+            result = decode_chunked(self.pair, waveform, options, speculative, chunk_batch, progress)
+        else:
+            result = longform.decode_sequential(self.pair, waveform, options, speculative, progress)
+        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
 
     def transcribe_waveform(
         self,
@@ -202,9 +245,13 @@ def _features(model: LoadedModel, waveform: np.ndarray) -> torch.Tensor:
 
 def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioError:
     try:
-        return load_audio(source, sample_rate=sample_rate)
+        return load_audio(source, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
     except AudioError as error:
         return error
+
+
+def _is_short(audio: np.ndarray | AudioError) -> bool:
+    return not isinstance(audio, AudioError) and not longform.is_long(audio)
 
 
 def _as_list(audio: AudioSource | Sequence[AudioSource]) -> list[AudioSource]:
