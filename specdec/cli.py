@@ -22,6 +22,7 @@ from collections.abc import Sequence  # noqa: E402
 
 from specdec.audio import AudioError, load_audio  # noqa: E402
 from specdec.compare import warm_up  # noqa: E402
+from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.models import PairError  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
 from specdec.playback import StreamSummary, stream_audio, summarise  # noqa: E402
@@ -68,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--max-new-tokens", type=int, default=None)
     transcribe.add_argument(
         "--batch-size", type=int, default=1, help="files decoded together (same output as one at a time)"
+    )
+    transcribe.add_argument(
+        "--long-form",
+        choices=LONG_FORM_MODES,
+        default="sequential",
+        help="audio over 30 s: sequential = generate()'s own output (default); chunked = overlapping 30 s "
+        "chunks decoded as a batch and merged like transformers' ASR pipeline (faster)",
     )
     transcribe.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
@@ -256,10 +264,12 @@ def _transcribe(args: argparse.Namespace) -> int:
     exit_code = 0
     for start in range(0, len(args.audio), args.batch_size):
         paths = args.audio[start : start + args.batch_size]
-        batch = whisper.transcribe_many(paths, options, batch_size=args.batch_size)
+        long_form = {"long_form": args.long_form, "batch_size": args.batch_size}
+        batch = whisper.transcribe_many(paths, options, **long_form, progress=ProgressBar("speculative"))
         baselines = [None] * len(paths)
         if args.compare:
-            baselines = whisper.transcribe_many(paths, options, speculative=False, batch_size=args.batch_size)
+            bar = ProgressBar("target alone")
+            baselines = whisper.transcribe_many(paths, options, speculative=False, **long_form, progress=bar)
         for speculative, baseline in zip(batch, baselines, strict=True):
             if isinstance(speculative, AudioError):  # one line per unreadable file; the others go on
                 print(f"specdec: error: {_one_line(speculative)}", file=sys.stderr)
@@ -272,6 +282,27 @@ def _transcribe(args: argparse.Namespace) -> int:
             )
             sys.stdout.flush()
     return exit_code
+
+
+class ProgressBar:
+    """A tqdm bar on stderr for each long file (none when stderr is not a terminal)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.bar = None
+
+    def __call__(self, fraction: float, message: str) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(
+                total=1000, desc=self.label, disable=None, leave=False, bar_format="{l_bar}{bar}| {postfix}"
+            )
+        self.bar.n = round(fraction * 1000)
+        self.bar.set_postfix_str(message)
+        if fraction >= 1.0:
+            self.bar.close()
+            self.bar = None
 
 
 def json_record(speculative: Transcription, baseline: Transcription | None) -> dict:
