@@ -114,3 +114,36 @@ def write_report(rows: list[dict], out_dir: Path, title: str) -> list[Path]:
         figure.write_image(path, scale=1.5)
         written.append(path)
     return written
+
+
+def batch_figure(rows: list[dict], title: str) -> go.Figure:
+    """`bench --batch`: left, speedup over the batched target alone; right, tokens/s, against batch size."""
+    figure = make_subplots(
+        rows=1, cols=2, subplot_titles=("speedup over the batched target alone", "throughput (tokens/s)")
+    )
+    configs = list(dict.fromkeys(row["config"] for row in rows))
+    for colour, config in zip(COLOURS, configs, strict=False):
+        mine = [row for row in rows if row["config"] == config]
+        sizes = [row["batch_size"] for row in mine]
+        if mine[0]["draft"]:
+            for key, dash in (("speedup_steady", "solid"), ("speedup_decode", "dot")):
+                label = "steady" if key == "speedup_steady" else "whole decode"
+                figure.add_scatter(
+                    x=sizes, y=[row[key] for row in mine], name=f"{config} ({label})", row=1, col=1,
+                    line={"color": colour, "dash": dash},
+                )  # fmt: skip
+        figure.add_scatter(
+            x=sizes, y=[row["tokens_per_second"] for row in mine], name=f"{config} tokens/s", row=1, col=2,
+            line={"color": colour},
+        )  # fmt: skip
+    figure.update_xaxes(type="log", dtick=0.30103, title_text="batch size")
+    figure.update_layout(title=title, height=420)
+    return figure
+
+
+def write_batch_report(rows: list[dict], out_dir: Path, title: str) -> Path:
+    """batch.html: the batch-scaling figure (plotly.js from its CDN)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "batch.html"
+    path.write_text(batch_figure(rows, title).to_html(include_plotlyjs="cdn"))
+    return path

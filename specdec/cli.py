@@ -101,8 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--sizes",
         choices=("small", "large-v3"),
-        default="small",
-        help="small: the demo models; large-v3: random weights, real large-v3/tiny/distil configs",
+        default=None,
+        help="small: the demo models (default); large-v3: random weights, real large-v3/tiny/distil configs "
+        "(the default with --batch)",
     )
     bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens")
     bench.add_argument("--audio", nargs="*", default=[], help="more clips besides assets/*.wav")
@@ -121,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
         help="only the live-stream benchmark (hypothesis reuse, draft alone, target alone): stream.json",
     )
     bench.add_argument("--chunk", type=float, default=1.0, help="with --stream: seconds per update")
+    bench.add_argument(
+        "--batch",
+        action="store_true",
+        help="only the batch-scaling benchmark (batch 1-16, α 0.8, target alone vs specdec): batch.json",
+    )
     bench.set_defaults(command=_bench)
     return parser
 
@@ -141,8 +147,11 @@ def _bench(args: argparse.Namespace) -> int:
     from specdec.model_sizes import DEFAULT_CACHE
 
     command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
+    args.sizes = args.sizes or ("large-v3" if args.batch else "small")
     if args.stream:
         return _stream_bench(args, command.strip())
+    if args.batch:
+        return _batch_bench(args, command.strip())
     options = BenchOptions(
         size=args.sizes,
         quick=args.quick,
@@ -156,6 +165,27 @@ def _bench(args: argparse.Namespace) -> int:
     )
     report = run_and_report(options, Path(args.out), command.strip())
     return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
+
+
+def _batch_bench(args: argparse.Namespace, command: str) -> int:
+    from pathlib import Path
+
+    from specdec.batch_bench import BatchBenchOptions, run_and_report  # heavy; only this needs them
+    from specdec.model_sizes import DEFAULT_CACHE
+
+    options = BatchBenchOptions(
+        size=args.sizes,
+        quick=args.quick,
+        alpha=args.alphas[0] if args.alphas else 0.8,
+        num_draft_tokens=args.num_draft_tokens,
+        max_new_tokens=args.max_new_tokens,
+        repeats=args.repeats,
+        seed=args.seed,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
+    )
+    report = run_and_report(options, Path(args.out), command)
+    identical = all(not row["mismatched_batched"] and not row["mismatched_alone"] for row in report["rows"])
+    return 0 if identical else EXIT_BAD_INPUT
 
 
 def _stream_bench(args: argparse.Namespace, command: str) -> int:

@@ -1,0 +1,101 @@
+"""The batch benchmark's honesty: per-row controlled acceptance leaves every row's output unchanged and
+delivers each row's own plan, and the batch-scaling table is produced.
+
+Runs on the demo checkpoints (seconds). Timings are never asserted: they are benchmark figures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.batch_bench import BatchBench, BatchBenchOptions, BatchConfig, run_and_report
+from specdec.cli import main
+from specdec.trace import DecodeResult
+
+MAX_NEW_TOKENS = 20
+BATCH = 7  # rows 5 and 6 are clips 0 and 1 again, each with its own plan
+
+
+def _examined(result: DecodeResult) -> list[tuple[int, int, bool]]:
+    """(window, generated position, accepted) for every draft token the target judged, in order."""
+    examined, window, position = [], 0, 0
+    for step in result.steps:
+        if step.window != window:
+            window, position = step.window, 0
+        examined += [(window, position + i, True) for i in range(step.n_accepted)]
+        if step.n_accepted < len(step.drafted):
+            examined.append((window, position + step.n_accepted, False))
+        position += step.n_accepted + 1
+    return examined
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> BatchBench:
+    options = BatchBenchOptions(
+        size="small",
+        batch_sizes=(1, BATCH),
+        alpha=0.7,
+        max_new_tokens=MAX_NEW_TOKENS,
+        cache_dir=tmp_path_factory.mktemp("models"),
+    )
+    return BatchBench(options, log=lambda _: None)
+
+
+@pytest.mark.parametrize("draft", ["draft-shared", "draft-separate"])
+def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft):
+    alone = bench.run(BatchConfig("target alone", BATCH), MAX_NEW_TOKENS)
+    controlled = bench.run(BatchConfig(draft, BATCH, draft), MAX_NEW_TOKENS)
+    lengths = set()
+    for i, (result, reference) in enumerate(zip(controlled.results, alone.results, strict=True)):
+        assert result.token_ids == reference.token_ids == bench.alone[bench.row_clips[i].name].token_ids
+        plan = bench.plans[i]
+        examined = _examined(result)
+        assert examined, f"row {i} judged no draft token"
+        assert [accepted for _, _, accepted in examined] == [plan.agree[w][p] for w, p, _ in examined]
+        lengths.add(len(result.steps))
+    assert len(lengths) > 1, "rows should finish after different numbers of steps (rows leave the batch)"
+    # the same clip in two rows, two seeds: two different acceptance patterns
+    assert bench.row_clips[0] is bench.row_clips[5]
+    assert _examined(controlled.results[0]) != _examined(controlled.results[5])
+
+
+def test_row_plans_are_seeded_per_row(bench):
+    rates = [plan.planned_rate for plan in bench.plans]
+    assert len(set(rates)) > 1  # seeded per row
+    assert all(0.3 < rate < 1.0 for rate in rates)
+
+
+def test_batch_table_is_produced(tmp_path, capsys):
+    options = BatchBenchOptions(
+        size="small", batch_sizes=(1, 2), max_new_tokens=6, repeats=1, cache_dir=tmp_path / "models"
+    )
+    report = run_and_report(options, tmp_path / "out", "python -m specdec bench --batch --sizes small")
+    printed = capsys.readouterr().out
+    assert "x steady" in printed and "every row of 6 configurations equals" in printed
+    assert {(row["config"].split()[0], row["batch_size"]) for row in report["rows"]} == {
+        (name, size) for name in ("target", "draft-shared", "draft-separate") for size in (1, 2)
+    }
+    for row in report["rows"]:
+        assert row["mismatched_batched"] == [] and row["mismatched_alone"] == []
+        assert row["tokens"] > 0 and row["target_passes"] > 0
+        assert (row["alpha"] is None) == (row["draft"] is None)
+    assert [goal["met"] for goal in report["goals"]] == [None] * 4  # batch 8 and 16 not run
+    saved = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert saved["rows"] == report["rows"]
+    assert (tmp_path / "out" / "batch.html").exists()
+
+
+def test_cli_bench_batch_quick_on_demo_models(tmp_path, capsys):
+    code = main(
+        [
+            "bench", "--batch", "--sizes", "small", "--quick", "--max-new-tokens", "4",
+            "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert sorted({row["batch_size"] for row in report["rows"]}) == [1, 2, 4, 8, 16]
+    assert {row["draft"] for row in report["rows"]} == {None, "draft-shared"}  # quick: distil-like only
+    assert "batch  configuration" in capsys.readouterr().out
