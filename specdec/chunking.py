@@ -23,10 +23,11 @@ import torch
 
 from specdec.audio import SAMPLE_RATE
 from specdec.batching import decode_batch_features
-from specdec.decoding import TIMESTAMP_SECONDS, timestamp_begin
+from specdec.decoding import TIMESTAMP_SECONDS, Encoder, timestamp_begin
 from specdec.longform import Progress
 from specdec.models import DraftKind, LoadedModel, ModelPair
 from specdec.options import DecodeOptions
+from specdec.runner import encode
 from specdec.trace import DecodeResult, Segment, Window
 
 CHUNK_SECONDS = 30.0
@@ -211,9 +212,11 @@ def decode_chunks(
     batch_size: int = CHUNK_BATCH_SIZE,
     progress: Progress | None = None,
     clock_start: float | None = None,
+    encoder: Encoder = encode,
 ) -> list[DecodeResult]:
     """Every chunk's own DecodeResult, batch_size chunks decoded together at a time (features made per
-    batch); each the same as that chunk decoded alone. Step times count from clock_start."""
+    batch); each the same as that chunk decoded alone. Step times count from clock_start; encoder: see
+    `batching.decode_batch_features` (the benchmark's memo)."""
     clock_start = time.perf_counter() if clock_start is None else clock_start
     separate = use_draft and pair.draft is not None and pair.kind is not DraftKind.SHARED_ENCODER
     seconds = len(waveform) / SAMPLE_RATE
@@ -225,7 +228,7 @@ def decode_chunks(
             chunk_features(pair.draft, waveform, chunk) if separate else None for chunk in batch
         ]
         offset = time.perf_counter() - clock_start
-        batch_results = decode_batch_features(pair, features, draft_features, options, use_draft)
+        batch_results = decode_batch_features(pair, features, draft_features, options, use_draft, encoder)
         results += [_shift_clock(result, offset) for result in batch_results]
         if progress is not None:
             done = min(batch[-1].stop / SAMPLE_RATE, seconds)

@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("small", "large-v3"),
         default=None,
         help="small: the demo models (default); large-v3: random weights, real large-v3/tiny/distil configs "
-        "(the default with --batch)",
+        "(the default with --batch and --long)",
     )
     bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens")
     bench.add_argument("--audio", nargs="*", default=[], help="more clips besides assets/*.wav")
@@ -127,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the batch-scaling benchmark (batch 1-16, α 0.8, target alone vs specdec): batch.json",
     )
+    bench.add_argument(
+        "--long",
+        action="store_true",
+        help="only the long-clip benchmark (chunked mode, target alone vs specdec at α 0.8; the first "
+        "--audio file, else --minutes of assets/ clips): long.json",
+    )
+    bench.add_argument("--minutes", type=float, default=10.0, help="with --long: length of the made clip")
     bench.set_defaults(command=_bench)
     return parser
 
@@ -147,11 +154,13 @@ def _bench(args: argparse.Namespace) -> int:
     from specdec.model_sizes import DEFAULT_CACHE
 
     command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
-    args.sizes = args.sizes or ("large-v3" if args.batch else "small")
+    args.sizes = args.sizes or ("large-v3" if args.batch or args.long else "small")
     if args.stream:
         return _stream_bench(args, command.strip())
     if args.batch:
         return _batch_bench(args, command.strip())
+    if args.long:
+        return _long_bench(args, command.strip())
     options = BenchOptions(
         size=args.sizes,
         quick=args.quick,
@@ -186,6 +195,27 @@ def _batch_bench(args: argparse.Namespace, command: str) -> int:
     report = run_and_report(options, Path(args.out), command)
     identical = all(not row["mismatched_batched"] and not row["mismatched_alone"] for row in report["rows"])
     return 0 if identical else EXIT_BAD_INPUT
+
+
+def _long_bench(args: argparse.Namespace, command: str) -> int:
+    from pathlib import Path
+
+    from specdec.long_bench import LongBenchOptions, run_and_report  # heavy; only this needs them
+    from specdec.model_sizes import DEFAULT_CACHE
+
+    options = LongBenchOptions(
+        size=args.sizes,
+        minutes=args.minutes,
+        audio=args.audio[0] if args.audio else None,
+        alpha=args.alphas[0] if args.alphas else 0.8,
+        num_draft_tokens=args.num_draft_tokens,
+        max_new_tokens=args.max_new_tokens or 32,
+        rounds=args.repeats or 2,
+        seed=args.seed,
+        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
+    )
+    report = run_and_report(options, Path(args.out), command)
+    return 0 if report["merged_identical"] and not report["mismatched_chunks"] else EXIT_BAD_INPUT
 
 
 def _stream_bench(args: argparse.Namespace, command: str) -> int:

@@ -58,6 +58,20 @@ def make_plan(target_tokens: Sequence[Sequence[int]], alpha: float, seed: int = 
     return AcceptancePlan(tuple(tuple(window) for window in target_tokens), tuple(agree), alpha)
 
 
+def judged(result: DecodeResult) -> list[tuple[int, int, bool]]:
+    """(window, generated position, accepted) of every draft token the target judged, in order: what a
+    plan's `agree` must match position by position when the draft followed it."""
+    found, window, position = [], 0, 0
+    for step in result.steps:
+        if step.window != window:
+            window, position = step.window, 0
+        found += [(window, position + i, True) for i in range(step.n_accepted)]
+        if step.n_accepted < len(step.drafted):
+            found.append((window, position + step.n_accepted, False))
+        position += step.n_accepted + 1
+    return found
+
+
 def plan_from(result: DecodeResult, alpha: float, seed: int = 0) -> AcceptancePlan:
     """A plan for decoding the same clip again, from the target-only run's trace."""
     num_windows = max((token.window for token in result.tokens), default=-1) + 1

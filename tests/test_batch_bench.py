@@ -12,23 +12,10 @@ import pytest
 
 from specdec.batch_bench import BatchBench, BatchBenchOptions, BatchConfig, run_and_report
 from specdec.cli import main
-from specdec.trace import DecodeResult
+from specdec.controlled import judged
 
 MAX_NEW_TOKENS = 20
 BATCH = 7  # rows 5 and 6 are clips 0 and 1 again, each with its own plan
-
-
-def _examined(result: DecodeResult) -> list[tuple[int, int, bool]]:
-    """(window, generated position, accepted) for every draft token the target judged, in order."""
-    examined, window, position = [], 0, 0
-    for step in result.steps:
-        if step.window != window:
-            window, position = step.window, 0
-        examined += [(window, position + i, True) for i in range(step.n_accepted)]
-        if step.n_accepted < len(step.drafted):
-            examined.append((window, position + step.n_accepted, False))
-        position += step.n_accepted + 1
-    return examined
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +38,14 @@ def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft):
     for i, (result, reference) in enumerate(zip(controlled.results, alone.results, strict=True)):
         assert result.token_ids == reference.token_ids == bench.alone[bench.row_clips[i].name].token_ids
         plan = bench.plans[i]
-        examined = _examined(result)
+        examined = judged(result)
         assert examined, f"row {i} judged no draft token"
         assert [accepted for _, _, accepted in examined] == [plan.agree[w][p] for w, p, _ in examined]
         lengths.add(len(result.steps))
     assert len(lengths) > 1, "rows should finish after different numbers of steps (rows leave the batch)"
     # the same clip in two rows, two seeds: two different acceptance patterns
     assert bench.row_clips[0] is bench.row_clips[5]
-    assert _examined(controlled.results[0]) != _examined(controlled.results[5])
+    assert judged(controlled.results[0]) != judged(controlled.results[5])
 
 
 def test_row_plans_are_seeded_per_row(bench):

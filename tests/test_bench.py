@@ -14,10 +14,9 @@ import torch
 from specdec import kernels
 from specdec.bench import BenchOptions
 from specdec.bench_report import leviathan_bound, run_and_report
-from specdec.controlled import controlled_draft, make_plan, plan_from
+from specdec.controlled import controlled_draft, judged, make_plan, plan_from
 from specdec.options import DecodeOptions
 from specdec.speculative import Row, adapt_draft_length
-from specdec.trace import DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
 MAX_NEW_TOKENS = 24
@@ -44,19 +43,6 @@ def _generate_ids(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
     return sequence
 
 
-def _examined(result: DecodeResult) -> list[tuple[int, int, bool]]:
-    """(window, generated position, accepted) for every draft token the target judged, in order."""
-    examined, window, position = [], 0, 0
-    for step in result.steps:
-        if step.window != window:
-            window, position = step.window, 0
-        examined += [(window, position + i, True) for i in range(step.n_accepted)]
-        if step.n_accepted < len(step.drafted):
-            examined.append((window, position + step.n_accepted, False))
-        position += step.n_accepted + 1
-    return examined
-
-
 def test_make_plan_is_deterministic_and_near_alpha():
     tokens = [list(range(1500)), list(range(500))]
     plan = make_plan(tokens, 0.8, seed=5)
@@ -73,7 +59,7 @@ def test_make_plan_is_deterministic_and_near_alpha():
 def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name):
     whisper: SpeculativeWhisper = request.getfixturevalue(pair_name)
     options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS, num_draft_tokens=3)
-    judged: dict[float, list[bool]] = {alpha: [] for alpha in ALPHAS}
+    outcomes_by_alpha: dict[float, list[bool]] = {alpha: [] for alpha in ALPHAS}
     for seed, waveform in enumerate(_clips()):
         baseline = whisper.transcribe_waveform(waveform, options, speculative=False).result
         expected = _generate_ids(whisper, waveform, options)
@@ -84,14 +70,14 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
                 controlled.set_plan(plan)
                 result = whisper.transcribe_waveform(waveform, options).result
             assert list(result.token_ids) == expected, f"alpha {alpha}: output differs from generate()"
-            examined = _examined(result)
+            examined = judged(result)
             # the target judged exactly the plan: accepted where it agrees, rejected where it does not
             assert [ok for *_, ok in examined] == [plan.agree[w][p] for w, p, _ in examined]
-            judged[alpha] += [ok for *_, ok in examined]
-    for alpha, outcomes in judged.items():
+            outcomes_by_alpha[alpha] += [ok for *_, ok in examined]
+    for alpha, outcomes in outcomes_by_alpha.items():
         measured = sum(outcomes) / len(outcomes)
         assert abs(measured - alpha) < 0.2, f"measured per-token acceptance {measured:.2f} for alpha {alpha}"
-    assert 0 < sum(judged[0.7]) < len(judged[0.7]), "both accepted and rejected drafts"
+    assert 0 < sum(outcomes_by_alpha[0.7]) < len(outcomes_by_alpha[0.7]), "both accepted and rejected drafts"
 
 
 def test_without_plan_the_hook_changes_nothing(separate_pair):
