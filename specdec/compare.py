@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdec import longform
 from specdec.audio import SAMPLE_RATE
+from specdec.longform import Progress
 from specdec.options import DecodeOptions
 from specdec.transcriber import SpeculativeWhisper, Transcription
 
@@ -53,12 +55,33 @@ def compare(
     options: DecodeOptions,
     baseline_first: bool = True,
     name: str = "audio",
+    long_form: str = "sequential",
+    progress: Progress | None = None,
 ) -> Comparison:
-    """Decode a 16 kHz waveform both ways, one run after the other, in the order asked for."""
+    """Decode a 16 kHz waveform both ways, one run after the other, in the order asked for.
+
+    Audio over 30 s is decoded long-form (`long_form`: "sequential" or "chunked"); progress(fraction,
+    message) then follows both runs, the first filling [0, 0.5] and the second [0.5, 1].
+    """
     runs = {}
-    for speculative in (False, True) if baseline_first else (True, False):
-        runs[speculative] = whisper.transcribe_waveform(waveform, options, speculative=speculative, name=name)
+    order = (False, True) if baseline_first else (True, False)
+    for position, speculative in enumerate(order):
+        run_name = "speculative" if speculative else "target alone"
+        if not longform.is_long(waveform):
+            runs[speculative] = whisper.transcribe_waveform(waveform, options, speculative, name=name)
+            continue
+        report = _part_of(progress, position / 2, 1 / 2, run_name)
+        runs[speculative] = whisper.transcribe_long(
+            waveform, options, speculative, name, long_form, progress=report
+        )
     return Comparison(runs[False], runs[True], options, baseline_first)
+
+
+def _part_of(progress: Progress | None, start: float, share: float, label: str) -> Progress | None:
+    """A progress callback for one part of the work, reporting into its share of the whole."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + share * fraction, f"{label}: {message}")
 
 
 def verdict(comparison: Comparison) -> tuple[str, bool]:
