@@ -170,13 +170,23 @@ def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float
     if num_samples == 0:
         raise AudioError(f"{name}: contains no audio samples")
     seconds = num_samples / rate
-    if max_seconds is not None and seconds > max_seconds >= MAX_LONG_SECONDS:
-        raise AudioError(f"{name} is {seconds:.1f} s long; the limit is {max_seconds / 3600:g} hours")
+    # A limit other than one window's (an app's, MAX_LONG_SECONDS) is a plain limit: name it.
+    if max_seconds is not None and seconds > max_seconds != MAX_SECONDS:
+        raise AudioError(f"{name} is {seconds:.1f} s long; the limit is {duration_text(max_seconds)}")
     if max_seconds is not None and seconds > max_seconds:
         raise AudioError(
             f"{name} is {seconds:.1f} s long; audio longer than {max_seconds:g} s is not supported yet "
             "(long-form decoding is planned)"
         )
+
+
+def duration_text(seconds: float) -> str:
+    """A length limit as people say it: "45 s", "10 min", "4 hours"."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} hour" + ("" if seconds == 3600 else "s")
+    if seconds >= 60:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
 
 
 def _to_whisper_input(name: str, frames: np.ndarray, rate: float) -> np.ndarray:
