@@ -2,12 +2,14 @@
 
 Each kept token carries its trace label (accepted draft token, target correction, bonus token, target
 token); before every correction come the draft tokens the target rejected at that step, labelled
-`rejected`, so a viewer sees what the draft proposed and where it went wrong.
+`rejected`, so a viewer sees what the draft proposed and where it went wrong. Timestamps are shown in
+seconds of the whole file (each token's window says where its 30 s begin).
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdec.decoding import TIMESTAMP_SECONDS
@@ -57,14 +59,18 @@ class TokenSpan:
 def token_spans(result: DecodeResult, tokenizer, timestamp_begin: int) -> list[TokenSpan]:
     """Kept tokens in order (and end-of-text), with each step's rejected drafts before its correction."""
     steps = {step.index: step for step in result.steps}
+    window_starts = {window.index: window.start_seconds for window in result.windows}
     shown = [r for r in result.tokens if r.kept or r.token_id == tokenizer.eos_token_id]
-    texts = token_texts([record.token_id for record in shown if record.kept], tokenizer, timestamp_begin)
+    kept = [record for record in shown if record.kept]
+    offsets = [window_starts.get(record.window, 0.0) for record in kept]
+    texts = token_texts([record.token_id for record in kept], tokenizer, timestamp_begin, offsets)
     spans, kept_texts = [], iter(texts)
     for record in shown:
         if record.label == CORRECTED:
             step = steps[record.step]
+            offset = [window_starts.get(step.window, 0.0)]
             for token_id in step.drafted[step.n_accepted :]:
-                draft_text = token_texts([token_id], tokenizer, timestamp_begin)[0]
+                draft_text = token_texts([token_id], tokenizer, timestamp_begin, offset)[0]
                 spans.append(TokenSpan(draft_text, REJECTED, record.step, None, None))
         text = next(kept_texts) if record.kept else END_OF_TEXT
         spans.append(
@@ -78,16 +84,20 @@ def highlighted_pairs(spans: list[TokenSpan]) -> list[tuple[str, str]]:
     return [(span.text, span.label) for span in spans]
 
 
-def token_texts(token_ids: list[int], tokenizer, timestamp_begin: int) -> list[str]:
+def token_texts(
+    token_ids: list[int], tokenizer, timestamp_begin: int, offsets: Sequence[float] | None = None
+) -> list[str]:
     """Each token's share of the decoded text; a character split over byte tokens goes to its last token.
 
-    Timestamps and other special tokens are shown as ⟨marks⟩ (a draft may propose any of them).
+    Timestamps and other special tokens are shown as ⟨marks⟩ (a draft may propose any of them); a
+    timestamp is shown `offsets[i]` seconds later (its window's start in the file), if given.
     """
     texts: list[str] = []
     pending: list[int] = []  # text tokens whose characters are not complete yet
-    for token_id in token_ids:
+    for i, token_id in enumerate(token_ids):
         if token_id >= timestamp_begin or token_id in tokenizer.all_special_ids:
-            texts += _flush(pending, tokenizer) + [_mark(token_id, tokenizer, timestamp_begin)]
+            offset = 0.0 if offsets is None else offsets[i]
+            texts += _flush(pending, tokenizer) + [_mark(token_id, tokenizer, timestamp_begin, offset)]
             pending = []
             continue
         pending.append(token_id)
@@ -106,10 +116,10 @@ def _flush(pending: list[int], tokenizer, text: str | None = None) -> list[str]:
     return [""] * (len(pending) - 1) + [_decode(pending, tokenizer) if text is None else text]
 
 
-def _mark(token_id: int, tokenizer, timestamp_begin: int) -> str:
-    """⟨seconds⟩ for a timestamp, ⟨end⟩ for end-of-text, ⟨name⟩ for other special tokens."""
+def _mark(token_id: int, tokenizer, timestamp_begin: int, offset: float = 0.0) -> str:
+    """⟨seconds⟩ for a timestamp (plus offset), ⟨end⟩ for end-of-text, ⟨name⟩ for other special tokens."""
     if token_id >= timestamp_begin:
-        return f"⟨{(token_id - timestamp_begin) * TIMESTAMP_SECONDS:.2f}⟩"
+        return f"⟨{offset + (token_id - timestamp_begin) * TIMESTAMP_SECONDS:.2f}⟩"
     if token_id == tokenizer.eos_token_id:
         return END_OF_TEXT
     return "⟨" + tokenizer.convert_ids_to_tokens(token_id).strip("<|>") + "⟩"

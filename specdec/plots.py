@@ -1,17 +1,25 @@
-"""Plotly figures of where the time went: token timelines, per-step drafting, time breakdown."""
+"""Plotly figures of where the time went: token timelines, per-step drafting, time breakdown, and a long
+file's windows (or chunks) along the file."""
 
 from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec.trace import DecodeResult
+from specdec.trace import DecodeResult, Window
 
 BASELINE_COLOUR = "#71717a"
 SPECULATIVE_COLOUR = "#2563eb"
 DRAFTED_COLOUR = "#fdba74"
 ACCEPTED_COLOUR = "#22c55e"
 BREAKDOWN_COLOURS = {"encoder": "#a78bfa", "draft": "#fdba74", "verify": "#2563eb", "other": "#d4d4d8"}
+WINDOW_COLOURS = ("#2563eb", "#f97316")  # alternating, so that overlapping windows and chunks stay apart
+BOUNDARY_COLOUR = "#71717a"
+BOUNDARY_NAME = "window boundary"
 
 
 def step_tokens(result: DecodeResult) -> list[int]:
@@ -84,11 +92,136 @@ def steps_figure(speculative: DecodeResult) -> go.Figure:
             go.Scatter(x=indices, y=values, name=name, mode="lines", line={"dash": dash, "width": 1.5}),
             secondary_y=True,
         )
+    boundaries = _boundaries_trace(speculative)
+    if boundaries is not None:
+        figure.add_trace(boundaries)
     figure.update_layout(title="Each target pass: drafted vs accepted tokens", barmode="overlay", **_layout())
     figure.update_xaxes(title_text="step (target pass)")
     figure.update_yaxes(title_text="tokens", secondary_y=False)
     figure.update_yaxes(title_text="milliseconds", secondary_y=True, rangemode="tozero")
     return figure
+
+
+def _boundaries_trace(result: DecodeResult) -> go.Scatter | None:
+    """Dotted vertical lines before the first pass of every window but the first, all in one trace (a
+    shape per line slows Plotly down with thousands); None for a single window."""
+    if len(result.windows) <= 1:
+        return None
+    first_steps: dict[int, int] = {}
+    for step in result.steps:
+        first_steps.setdefault(step.window, step.index)
+    windows = {window.index: window for window in result.windows}
+    top = max((len(step.drafted) for step in result.steps), default=0) + 1
+    x, y, hover = [], [], []
+    for window_index, step_index in list(first_steps.items())[1:]:
+        text = _window_name(windows[window_index]) + f" starts at {windows[window_index].start_seconds:.1f} s"
+        x += [step_index - 0.5, step_index - 0.5, None]
+        y += [0, top, None]
+        hover += [text, text, None]
+    return go.Scatter(
+        x=x,
+        y=y,
+        name=BOUNDARY_NAME,
+        mode="lines",
+        line={"color": BOUNDARY_COLOUR, "dash": "dot", "width": 1},
+        hovertext=hover,
+        hoverinfo="text",
+    )
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One decoded window: where it lies in the file and what decoding it took."""
+
+    window: Window
+    num_tokens: int  # generated in it, end-of-text and tokens later dropped included
+    num_passes: int
+    num_drafted: int
+    num_accepted: int
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.num_tokens / self.num_passes if self.num_passes else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted / self.num_drafted if self.num_drafted else None
+
+
+def window_stats(result: DecodeResult) -> list[WindowStats]:
+    """Each window's tokens, target passes and drafted/accepted tokens, from the recorded trace."""
+    tokens = Counter(record.window for record in result.tokens)
+    passes, drafted, accepted = Counter(), Counter(), Counter()
+    for step in result.steps:
+        passes[step.window] += 1
+        drafted[step.window] += len(step.drafted)
+        accepted[step.window] += step.n_accepted
+    return [
+        WindowStats(w, tokens[w.index], passes[w.index], drafted[w.index], accepted[w.index])
+        for w in result.windows
+    ]
+
+
+def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> go.Figure:
+    """The file's timeline: a bar over each decoded window's audio (x: seconds of the file), as high as its
+    tokens per target pass; colours alternate from one chunk (or window) to the next.
+
+    audio_seconds, if given, ends the bars there: a short clip's one window counts the padding to 30 s."""
+    rows = window_stats(result)
+    end = math.inf if audio_seconds is None else audio_seconds
+    chunked = any(row.window.chunk is not None for row in rows)
+    colours = [WINDOW_COLOURS[_group(row.window) % 2] for row in rows]
+    figure = go.Figure(
+        go.Bar(
+            x=[row.window.start_seconds for row in rows],
+            y=[row.tokens_per_pass for row in rows],
+            width=[_audio_in(row.window, end) for row in rows],
+            offset=0,  # each bar spans [start, start + seconds]
+            name="chunks" if chunked else "windows",
+            marker={"color": colours, "line": {"color": "white", "width": 1}},
+            opacity=0.7,
+            hovertext=[_window_hover(row, end) for row in rows],
+            hoverinfo="text",
+        )
+    )
+    figure.add_hline(
+        y=1, line={"color": BASELINE_COLOUR, "dash": "dash", "width": 1}, annotation_text="target alone"
+    )
+    unit = "chunk by chunk (30 s, 5 s overlap)" if chunked else "window by window"
+    figure.update_layout(
+        title=f"The file {unit}: tokens per target pass (hover a bar for its window)",
+        xaxis_title="seconds of the file",
+        yaxis_title="tokens per target pass",
+        barmode="overlay",
+        **_layout(),
+    )
+    figure.update_xaxes(rangemode="tozero")
+    return figure
+
+
+def _audio_in(window: Window, end: float) -> float:
+    return round(max(0.0, min(window.seconds, end - window.start_seconds)), 2)
+
+
+def _group(window: Window) -> int:
+    return window.index if window.chunk is None else window.chunk
+
+
+def _window_name(window: Window) -> str:
+    """1-based, as people count: "window 3" or "window 3 (chunk 2)"."""
+    chunk = "" if window.chunk is None else f" (chunk {window.chunk + 1})"
+    return f"window {window.index + 1}{chunk}"
+
+
+def _window_hover(row: WindowStats, end: float) -> str:
+    window, rate = row.window, row.acceptance_rate
+    acceptance = "nothing drafted" if rate is None else f"{rate:.0%} ({row.num_accepted}/{row.num_drafted})"
+    stop = window.start_seconds + _audio_in(window, end)
+    return (
+        f"{_window_name(window)}<br>{window.start_seconds:.1f}–{stop:.1f} s of the file"
+        f"<br>{row.num_tokens} tokens in {row.num_passes} target passes ({row.tokens_per_pass:.2f} per pass)"
+        f"<br>acceptance {acceptance}"
+    )
 
 
 def time_breakdown(result: DecodeResult) -> dict[str, float]:
