@@ -16,10 +16,12 @@ from pathlib import Path
 import gradio as gr
 
 from specdec import live, web
+from specdec.audio import MAX_LONG_SECONDS, duration_text
 from specdec.highlight import legend_html
+from specdec.longform import LONG_FORM_MODES
 
 ASSETS = Path(__file__).parent / "assets"
-MAX_FILE_SIZE = "25mb"
+MAX_FILE_SIZE = "25mb"  # 10 min of 16 kHz mono 16-bit WAV is 19 MB (a compressed file holds more)
 LANGUAGES = ["auto", "en", "de", "fr", "es", "it", "pt", "nl", "ja", "zh", "ru", "ar", "hi", "ko"]
 CSS = """
 .wer-sub { background: #fde68a; border-radius: 3px; padding: 0 2px; }
@@ -37,6 +39,10 @@ Text that two updates in a row agree on is **committed**; the rest is *tentative
 Each token is coloured by who proposed it: the **previous hypothesis** (free: no model runs), the
 **draft model**, or the **target** itself. Every update's text is exactly the target's own on that audio.
 Silence is not decoded. Each recording starts a new transcript."""
+LONG_FORM_HELP = (
+    "sequential: Whisper's own long-form algorithm, segment by segment (the same output as generate()) · "
+    "chunked: 30 s chunks with 5 s overlap decoded as a batch, merged like the transformers ASR pipeline"
+)
 LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
 
 STORES: dict[str, web.ModelStore] = {}  # the served store, registered by build_demo
@@ -116,13 +122,14 @@ def _compare_tab(store: web.ModelStore) -> None:
         num_draft_tokens,
         temperature,
         seed,
+        long_form,
         reference,
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
             audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
-            seed=seed, reference=reference, baseline_first=store.next_baseline_first(),
+            seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
         )  # fmt: skip
         view = _shown_to_user(compare_on_gpu, request, progress)
         return (
@@ -136,6 +143,7 @@ def _compare_tab(store: web.ModelStore) -> None:
             view.breakdown,
             view.wer_html,
             web.details(view),
+            view.windows,
         )
 
     def run_transcribe(
@@ -148,17 +156,24 @@ def _compare_tab(store: web.ModelStore) -> None:
         num_draft_tokens,
         temperature,
         seed,
+        long_form,
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
             audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
+            long_form=long_form,
         )  # fmt: skip
         return _shown_to_user(transcribe_on_gpu, request, progress)
 
     with gr.Row():
         with gr.Column(scale=3):
-            audio = gr.Audio(sources=["upload", "microphone"], type="filepath", label="Audio (up to 30 s)")
+            limit = duration_text(store.max_seconds)
+            audio = gr.Audio(
+                sources=["upload", "microphone"],
+                type="filepath",
+                label=f"Audio (up to {limit}; over 30 s is decoded long-form)",
+            )
             reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
         with gr.Column(scale=2):
             draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
@@ -172,6 +187,9 @@ def _compare_tab(store: web.ModelStore) -> None:
                 temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
                 seed = gr.Number(value=0, precision=0, label="Seed")
             timestamps = gr.Checkbox(label="Timestamps")
+            long_form = gr.Radio(
+                list(LONG_FORM_MODES), value="sequential", label="Long audio (over 30 s)", info=LONG_FORM_HELP
+            )
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -192,6 +210,7 @@ def _compare_tab(store: web.ModelStore) -> None:
         timeline = gr.Plot(label="Tokens over time")
         breakdown = gr.Plot(label="Time breakdown")
     steps = gr.Plot(label="Per target pass")
+    windows = gr.Plot(label="File timeline (windows / chunks)")
     word_errors = gr.HTML(label="Word error rate", elem_id="wer")
     with gr.Accordion("Details (JSON)", open=False):
         details = gr.JSON(label="Statistics")
@@ -206,6 +225,7 @@ def _compare_tab(store: web.ModelStore) -> None:
         num_draft_tokens,
         temperature,
         seed,
+        long_form,
     ]
     outputs = [
         baseline_text,
@@ -218,6 +238,7 @@ def _compare_tab(store: web.ModelStore) -> None:
         breakdown,
         word_errors,
         details,
+        windows,  # last, so that API clients' indices of the outputs before it still hold
     ]
     run.click(
         run_compare,
@@ -321,6 +342,7 @@ def make_store(args: argparse.Namespace) -> tuple[web.ModelStore, str | None]:
         drafts = {name: name for name in args.draft} if args.draft else web.DEFAULT_DRAFTS
         store = web.ModelStore(args.target, drafts, args.device)
     store.warm_up = not ON_ZERO_GPU
+    store.max_seconds = args.max_seconds
     try:  # on ZeroGPU every draft loads now: the GPU worker is forked per call and keeps nothing
         for draft in store.drafts if ON_ZERO_GPU else [store.default_draft]:
             store.whisper(draft)
@@ -340,9 +362,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target", default=web.DEFAULT_TARGET, help="target: hub id or local folder")
     parser.add_argument("--draft", action="append", help="allowed draft (repeat); replaces the default list")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=float(os.environ.get("SPECDEC_MAX_SECONDS", web.MAX_APP_SECONDS)),
+        help="longest clip accepted, in seconds (or set SPECDEC_MAX_SECONDS); default %(default)g",
+    )
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if not 0 < args.max_seconds <= MAX_LONG_SECONDS:
+        parser.error(f"--max-seconds must be above 0 and at most {MAX_LONG_SECONDS:g}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

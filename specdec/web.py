@@ -6,9 +6,11 @@ own flags. Models load once and are reused; every newly loaded pair is warmed up
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,11 +21,12 @@ from transformers import GenerationConfig
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec import compare as comparing
-from specdec import highlight, plots, wer
-from specdec.audio import AudioError, load_audio
+from specdec import highlight, longform, plots, wer
+from specdec.audio import SAMPLE_RATE, AudioError, load_audio
 from specdec.decoding import language_token_id, timestamp_begin
 from specdec.models import LoadedModel, PairError, load_model, make_pair, pick_device
 from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
 DEFAULT_TARGET = "openai/whisper-large-v3"
@@ -38,6 +41,9 @@ DEMO_DRAFTS = {
 }
 DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
 OFFLINE_HINT = "Without network access, start the offline demo instead: python app.py --demo-models"
+MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
+DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
+Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
 
 
 LANGUAGE_IDS = {f"<|{code}|>": index for index, code in enumerate(LANGUAGES)}  # for checking names only
@@ -55,6 +61,7 @@ class ModelStore:
     drafts: dict[str, str]  # label shown in the UI -> hub id or local folder
     device: str = "auto"
     warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
+    max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
     _target: LoadedModel | None = None
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -123,6 +130,7 @@ class CompareRequest:
     seed: int | None = 0
     reference: str = ""
     baseline_first: bool | None = None  # None: alternate (ZeroGPU's worker cannot keep the count)
+    long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
 
     def options(self) -> DecodeOptions:
         try:
@@ -137,6 +145,11 @@ class CompareRequest:
             )
         except ValueError as error:
             raise UserError(str(error)) from error
+
+    def check_long_form(self) -> None:
+        if self.long_form not in longform.LONG_FORM_MODES:
+            modes = " or ".join(longform.LONG_FORM_MODES)
+            raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
 
 
 def chosen_language(language: str | None) -> str | None:
@@ -159,34 +172,58 @@ class CompareView:
     timeline: go.Figure
     steps: go.Figure
     breakdown: go.Figure
+    windows: go.Figure  # the file's timeline: one bar per decoded window (or chunk)
     wer_html: str
     comparison: comparing.Comparison
     spans: list[highlight.TokenSpan]
 
 
-def compare_clip(store: ModelStore, request: CompareRequest, progress=None) -> CompareView:
-    """Load the clip, decode it both ways, and build every output of the Compare view."""
-    report = progress or (lambda *args, **kwargs: None)
+def compare_clip(store: ModelStore, request: CompareRequest, progress: Report | None = None) -> CompareView:
+    """Load the clip, decode it both ways, and build every output of the Compare view.
+
+    progress (a gr.Progress) follows a long clip window by window or chunk by chunk, both runs."""
+    report = progress or _no_report
     whisper, options, waveform = _prepare(store, request, report)
-    report(0.3, desc="Decoding: target alone and speculative")
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
     comparison = comparing.compare(
-        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name
+        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name,
+        request.long_form, _engine_progress(report),
+    )  # fmt: skip
+    report(DRAWING, desc="Drawing")
+    return build_view(whisper, comparison, request.reference, len(waveform) / SAMPLE_RATE)
+
+
+def _no_report(*args, **kwargs) -> None:
+    pass
+
+
+def _engine_progress(report: Report, prefix: str = "") -> longform.Progress:
+    """The engine's progress(fraction, message) shown on Gradio's bar between decoding and drawing."""
+    return lambda fraction, message: report(
+        DECODING + (DRAWING - DECODING) * fraction, desc=f"{prefix}{message}"
     )
-    report(0.9, desc="Drawing")
-    return build_view(whisper, comparison, request.reference)
+
+
+def _audio_text(waveform: np.ndarray, request: CompareRequest) -> str:
+    """The clip's length for the progress bar, and its long-form mode when it has one."""
+    seconds = len(waveform) / SAMPLE_RATE
+    if longform.is_long(waveform):
+        return f"{seconds:.0f} s, long-form {request.long_form}"
+    return f"{seconds:.1f} s"
 
 
 def _prepare(
-    store: ModelStore, request: CompareRequest, report
+    store: ModelStore, request: CompareRequest, report: Report
 ) -> tuple[SpeculativeWhisper, DecodeOptions, np.ndarray]:
     """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
     if not request.audio:
         raise UserError("Record or upload a clip first (or click one of the examples).")
     options = request.options()
+    request.check_long_form()
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.draft)
     report(0.15, desc="Reading audio")
-    return whisper, options, _read_audio(request.audio)
+    return whisper, options, _read_audio(request.audio, store.max_seconds)
 
 
 def _token_spans(whisper: SpeculativeWhisper, result) -> list[highlight.TokenSpan]:
@@ -199,8 +236,13 @@ def _baseline_first(store: ModelStore, request: CompareRequest) -> bool:
     return store.next_baseline_first() if request.baseline_first is None else request.baseline_first
 
 
-def build_view(whisper: SpeculativeWhisper, comparison: comparing.Comparison, reference: str) -> CompareView:
-    """The Compare view's outputs from a finished comparison."""
+def build_view(
+    whisper: SpeculativeWhisper,
+    comparison: comparing.Comparison,
+    reference: str,
+    audio_seconds: float | None = None,
+) -> CompareView:
+    """The Compare view's outputs from a finished comparison (of audio_seconds of audio)."""
     spans = _token_spans(whisper, comparison.speculative.result)
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
     return CompareView(
@@ -212,6 +254,7 @@ def build_view(whisper: SpeculativeWhisper, comparison: comparing.Comparison, re
         timeline=plots.timeline_figure(baseline, speculative),
         steps=plots.steps_figure(speculative),
         breakdown=plots.breakdown_figure(baseline, speculative),
+        windows=plots.windows_figure(speculative, audio_seconds),
         wer_html=wer_html(reference, comparison),
         comparison=comparison,
         spans=spans,
@@ -258,23 +301,45 @@ def wer_html(reference: str, comparison: comparing.Comparison) -> str:
     return "".join(rows)
 
 
-def _read_audio(path: str) -> np.ndarray:
-    """The clip at 16 kHz, or a UserError naming the file (not the server's temporary path)."""
+def _read_audio(path: str, max_seconds: float) -> np.ndarray:
+    """The clip at 16 kHz, or a UserError naming the file (not the server's temporary path).
+
+    A clip over max_seconds is refused from its header, before it is decoded."""
     try:
-        return load_audio(path)
+        return load_audio(path, max_seconds=max_seconds)
     except AudioError as error:
         raise UserError(str(error).replace(str(path), Path(path).name)) from error
 
 
-def transcribe_clip(store: ModelStore, request: CompareRequest, progress=None) -> tuple[str, str, dict]:
-    """Speculative decoding only: the transcript, its highlighted tokens and its statistics."""
-    report = progress or (lambda *args, **kwargs: None)
+def transcribe_clip(
+    store: ModelStore, request: CompareRequest, progress: Report | None = None
+) -> tuple[str, str, dict]:
+    """Speculative decoding only: the transcript, its highlighted tokens and its statistics.
+
+    Audio over 30 s is decoded long-form (request.long_form), progress following it."""
+    report = progress or _no_report
     whisper, options, waveform = _prepare(store, request, report)
-    report(0.3, desc="Decoding")
-    transcription = whisper.transcribe_waveform(waveform, options, name=Path(request.audio).name)
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    name = Path(request.audio).name
+    if longform.is_long(waveform):
+        report_engine = _engine_progress(report, "speculative: ")
+        transcription = whisper.transcribe_long(
+            waveform, options, True, name, request.long_form, progress=report_engine
+        )
+    else:
+        transcription = whisper.transcribe_waveform(waveform, options, name=name)
     spans = _token_spans(whisper, transcription.result)
-    stats = {"language": transcription.language, "speculative": transcription.result.stats()}
+    stats = {
+        "language": transcription.language,
+        "speculative": transcription.result.stats(),
+        "windows": _windows(transcription.result),
+    }
     return transcription.text, highlight.spans_html(spans), stats
+
+
+def _windows(result: DecodeResult) -> list[dict]:
+    """The seek table for API clients: each window's start in the file, length and chunk."""
+    return [dataclasses.asdict(window) for window in result.windows]
 
 
 def details(view: CompareView) -> dict:
@@ -287,6 +352,7 @@ def details(view: CompareView) -> dict:
         "decode_speedup": comparison.decode_speedup,
         "baseline": comparison.baseline.result.stats(),
         "speculative": comparison.speculative.result.stats(),
+        "windows": _windows(comparison.speculative.result),
         "tokens": highlight.highlighted_pairs(view.spans),
     }
 

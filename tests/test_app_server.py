@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -25,17 +26,21 @@ def test_named_endpoints(client):
 def test_compare_an_uploaded_clip(client):
     reference = CLIP.with_suffix(".txt").read_text()
     outputs = client.predict(
-        handle_file(str(CLIP)), SHARED_DRAFT, "de", "transcribe", False, "fixed", 4, 0.0, 0, reference,
-        api_name="/compare",
+        handle_file(str(CLIP)), SHARED_DRAFT, "de", "transcribe", False, "fixed", 4, 0.0, 0, "sequential",
+        reference, api_name="/compare",
     )  # fmt: skip
-    baseline, speculative, verdict, tokens, metrics, timeline, steps, breakdown, wer_html, details = outputs
+    *shown, windows = outputs  # the file timeline comes last: clients' indices of the others still hold
+    baseline, speculative, verdict, tokens, metrics, timeline, steps, breakdown, wer_html, details = shown
     assert baseline == speculative and "Identical" in verdict
     assert details["identical"] is True and details["language"] == "de"
     assert details["speculative"]["num_target_passes"] < details["baseline"]["num_target_passes"]
     labels = {label for _, label in details["tokens"]}
     assert {"accepted", "corrected", "rejected"} <= labels and 'class="rejected"' in tokens
     assert metrics["headers"] == ["metric", "target alone", "speculative"]
-    assert all(figure["type"] == "plotly" for figure in (timeline, steps, breakdown))
+    assert all(figure["type"] == "plotly" for figure in (timeline, steps, breakdown, windows))
+    assert [window["start_seconds"] for window in details["windows"]] == [0.0]
+    (bar,) = json.loads(windows["plot"])["data"]
+    assert (bar["x"], bar["width"]) == ([0.0], [4.61])  # the clip's one window, ending with its audio
     assert wer_html.count("WER ") == 2
 
 
