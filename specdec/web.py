@@ -182,7 +182,7 @@ def compare_clip(store: ModelStore, request: CompareRequest, progress: Report | 
     """Load the clip, decode it both ways, and build every output of the Compare view.
 
     progress (a gr.Progress) follows a long clip window by window or chunk by chunk, both runs."""
-    report = progress or _no_report
+    report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
     whisper, options, waveform = _prepare(store, request, report)
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
     comparison = comparing.compare(
@@ -317,7 +317,7 @@ def transcribe_clip(
     """Speculative decoding only: the transcript, its highlighted tokens and its statistics.
 
     Audio over 30 s is decoded long-form (request.long_form), progress following it."""
-    report = progress or _no_report
+    report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
     whisper, options, waveform = _prepare(store, request, report)
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
     name = Path(request.audio).name
