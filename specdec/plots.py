@@ -28,10 +28,15 @@ def step_tokens(result: DecodeResult) -> list[int]:
 
 
 def cumulative_tokens(result: DecodeResult) -> tuple[list[float], list[int]]:
-    """(seconds since the run began, tokens so far) at the end of every step, from (encoder end, 0)."""
-    seconds, counts = [result.steps[0].start_seconds if result.steps else result.encoder_seconds], [0]
-    for step, added in zip(result.steps, step_tokens(result), strict=True):
-        seconds.append(step.start_seconds + step.draft_seconds + step.verify_seconds)
+    """(seconds since the run began, tokens so far) at the end of every step, from (encoder end, 0).
+
+    Steps are taken in the order they ended: chunked long-form decodes chunks as a batch, so the steps of
+    chunk 2 (recorded after chunk 1's) ran alongside chunk 1's."""
+    ends = [step.start_seconds + step.draft_seconds + step.verify_seconds for step in result.steps]
+    seconds = [min((step.start_seconds for step in result.steps), default=result.encoder_seconds)]
+    counts = [0]
+    for end, added in sorted(zip(ends, step_tokens(result), strict=True), key=lambda pair: pair[0]):
+        seconds.append(end)
         counts.append(counts[-1] + added)
     return seconds, counts
 
@@ -171,15 +176,17 @@ def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> 
     end = math.inf if audio_seconds is None else audio_seconds
     chunked = any(row.window.chunk is not None for row in rows)
     colours = [WINDOW_COLOURS[_group(row.window) % 2] for row in rows]
+    starts = [row.window.start_seconds for row in rows]
+    widths = [_audio_in(row.window, end) for row in rows]
     figure = go.Figure(
         go.Bar(
-            x=[row.window.start_seconds for row in rows],
+            x=starts,
             y=[row.tokens_per_pass for row in rows],
-            width=[_audio_in(row.window, end) for row in rows],
+            width=widths,
             offset=0,  # each bar spans [start, start + seconds]
             name="chunks" if chunked else "windows",
-            marker={"color": colours, "line": {"color": "white", "width": 1}},
-            opacity=0.7,
+            # see-through, each outlined in its own colour: where chunks overlap, both edges show
+            marker={"color": colours, "opacity": 0.45, "line": {"color": colours, "width": 2}},
             hovertext=[_window_hover(row, end) for row in rows],
             hoverinfo="text",
         )
@@ -195,7 +202,8 @@ def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> 
         barmode="overlay",
         **_layout(),
     )
-    figure.update_xaxes(rangemode="tozero")
+    # the file from its start to its end: Plotly's own range pads the bars with negative seconds
+    figure.update_xaxes(range=[0, max((a + b for a, b in zip(starts, widths, strict=True)), default=1)])
     return figure
 
 
@@ -224,13 +232,20 @@ def _window_hover(row: WindowStats, end: float) -> str:
     )
 
 
+def pass_seconds(result: DecodeResult) -> tuple[float, float]:
+    """Seconds drafting and verifying; a batched pass (chunked long-form) counts once, not once per row:
+    its rows' steps start at the same moment and each carries the whole pass's times."""
+    passes: dict[float, tuple[float, float]] = {}
+    for step in result.steps:
+        draft, verify = passes.get(step.start_seconds, (0.0, 0.0))
+        passes[step.start_seconds] = (max(draft, step.draft_seconds), max(verify, step.verify_seconds))
+    return sum(draft for draft, _ in passes.values()), sum(verify for _, verify in passes.values())
+
+
 def time_breakdown(result: DecodeResult) -> dict[str, float]:
     """Seconds in the encoder(s), drafting, verifying, and everything else (processing, bookkeeping)."""
-    parts = {
-        "encoder": result.encoder_seconds,
-        "draft": result.draft_seconds,
-        "verify": result.verify_seconds,
-    }
+    draft, verify = pass_seconds(result)
+    parts = {"encoder": result.encoder_seconds, "draft": draft, "verify": verify}
     parts["other"] = max(result.total_seconds - sum(parts.values()), 0.0)
     return parts
 

@@ -35,13 +35,25 @@ def long_clip(tmp_path_factory) -> Path:
     return path
 
 
+class Progress:
+    """Records what a gr.Progress would show; falsy like an idle gr.Progress (it has a __len__)."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[float, str]] = []
+
+    def __len__(self) -> int:
+        return 0
+
+    def __call__(self, fraction: float, desc: str) -> None:
+        self.reports.append((fraction, desc))
+
+
 @pytest.fixture(scope="module", params=["sequential", "chunked"])
 def long_run(store, long_clip, request) -> tuple[web.CompareView, list[tuple[float, str]]]:
     """The Compare view of the long clip in one mode, and every progress report on the way."""
-    reports = []
+    progress = Progress()
     compare_request = web.CompareRequest(str(long_clip), SHARED, "en", long_form=request.param)
-    view = web.compare_clip(store, compare_request, lambda fraction, desc: reports.append((fraction, desc)))
-    return view, reports
+    return web.compare_clip(store, compare_request, progress), progress.reports
 
 
 def test_both_modes_give_the_targets_own_output(long_run):
@@ -80,6 +92,25 @@ def test_file_timeline_has_one_bar_per_window(long_run):
     assert all("acceptance" in text for text in bars.hovertext)
 
 
+def test_tokens_over_time_run_forward_through_a_batch(long_run):
+    """Chunk 2's steps are recorded after chunk 1's, but ran alongside them: the line never goes back."""
+    view, _ = long_run
+    for trace, transcription in zip(
+        view.timeline.data, (view.comparison.baseline, view.comparison.speculative), strict=True
+    ):
+        assert all(np.diff(trace.x) >= 0) and trace.y[-1] == transcription.result.num_generated
+
+
+def test_time_breakdown_counts_a_batched_pass_once(long_run):
+    """Chunked mode decodes its chunks as a batch: each row's step carries the whole pass's times."""
+    view, _ = long_run
+    stacked = {trace.name: trace.x for trace in view.breakdown.data}
+    for run, transcription in enumerate((view.comparison.baseline, view.comparison.speculative)):
+        parts = [stacked[part][run] for part in plots.BREAKDOWN_COLOURS]
+        assert sum(parts) == pytest.approx(transcription.result.total_seconds, rel=1e-6)
+        assert stacked["other"][run] > 0
+
+
 def test_per_pass_plot_marks_window_boundaries(long_run):
     view, _ = long_run
     result = view.comparison.speculative.result
@@ -102,11 +133,11 @@ def test_timestamps_count_from_the_start_of_the_file(long_run):
 
 
 def test_transcribe_only_goes_long_form_with_progress(store, long_clip):
-    reports = []
+    progress = Progress()
     request = web.CompareRequest(str(long_clip), SHARED, "en", long_form="chunked")
-    text, tokens_html, stats = web.transcribe_clip(store, request, lambda f, desc: reports.append(desc))
+    text, tokens_html, stats = web.transcribe_clip(store, request, progress)
     assert "specdec-tokens" in tokens_html and [w["chunk"] for w in stats["windows"]] == [0, 1]
-    assert any(desc.startswith("speculative: chunk 2 of 2") for desc in reports)
+    assert any(desc.startswith("speculative: chunk 2 of 2") for _, desc in progress.reports)
     compared = web.compare_clip(store, request)
     assert text == compared.speculative_text
 
