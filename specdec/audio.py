@@ -175,8 +175,8 @@ def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float
         raise AudioError(f"{name} is {seconds:.1f} s long; the limit is {duration_text(max_seconds)}")
     if max_seconds is not None and seconds > max_seconds:
         raise AudioError(
-            f"{name} is {seconds:.1f} s long; audio longer than {max_seconds:g} s is not supported yet "
-            "(long-form decoding is planned)"
+            f"{name} is {seconds:.1f} s long; this takes one {max_seconds:g} s window at most "
+            "(SpeculativeWhisper.transcribe decodes longer audio long-form)"
         )
 
 

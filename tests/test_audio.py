@@ -180,8 +180,8 @@ def test_too_long_file_is_rejected_before_decoding(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(sf, "read", lambda *a, **k: pytest.fail("decoded a file that is too long"))
     message = error_message(path)
     assert message == (
-        f"{path} is 31.0 s long; audio longer than {MAX_SECONDS:g} s is not supported yet "
-        "(long-form decoding is planned)"
+        f"{path} is 31.0 s long; this takes one {MAX_SECONDS:g} s window at most "
+        "(SpeculativeWhisper.transcribe decodes longer audio long-form)"
     )
 
 
