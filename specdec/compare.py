@@ -105,6 +105,9 @@ def metrics_rows(comparison: Comparison) -> list[list[str]]:
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
     passes_saved = baseline.num_target_passes - speculative.num_target_passes
     rate = speculative.acceptance_rate
+    # chunked long-form decodes its chunks as a batch: each chunk's passes count, a shared pass once per chunk
+    chunked = any(window.chunk is not None for window in speculative.windows)
+    passes = "target passes (each chunk's, summed)" if chunked else "target passes"
     return [
         ["encode time (s)", f"{baseline.encoder_seconds:.3f}", f"{speculative.encoder_seconds:.3f}"],
         ["decode time (s)", f"{baseline.decode_seconds:.3f}", f"{speculative.decode_seconds:.3f}"],
@@ -122,7 +125,7 @@ def metrics_rows(comparison: Comparison) -> list[list[str]]:
             "–" if rate is None else f"{rate:.0%} ({speculative.num_accepted}/{speculative.num_drafted})",
         ],
         ["tokens per target pass", f"{baseline.tokens_per_pass:.2f}", f"{speculative.tokens_per_pass:.2f}"],
-        ["target passes", str(baseline.num_target_passes), str(speculative.num_target_passes)],
+        [passes, str(baseline.num_target_passes), str(speculative.num_target_passes)],
         [
             "target passes saved",
             "–",

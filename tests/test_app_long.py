@@ -64,6 +64,9 @@ def test_both_modes_give_the_targets_own_output(long_run):
     chunked = view.comparison.speculative.result.windows[-1].chunk is not None
     assert len(windows) >= 2 and windows[-1].start_seconds + windows[-1].seconds == LONG_SECONDS
     assert all((window.chunk is not None) == chunked for window in windows)
+    metrics = [row[0] for row in view.metrics]
+    passes = "target passes (each chunk's, summed)" if chunked else "target passes"
+    assert passes in metrics  # a batch's shared pass counts once per chunk: the label says so
 
 
 def test_progress_follows_both_runs_window_by_window(long_run):
