@@ -13,7 +13,7 @@ import pytest
 from specdec.audio import SAMPLE_RATE
 from specdec.cli import main
 from specdec.controlled import judged
-from specdec.long_bench import LongBench, LongBenchOptions, long_clip, run_and_report
+from specdec.long_bench import LongBench, LongBenchOptions, long_clip
 
 
 def test_long_clip_is_the_assets_cycled_to_the_asked_length():
@@ -49,22 +49,16 @@ def test_every_chunk_follows_its_plan_and_keeps_the_target_output(bench):
     assert speculative.target_passes < baseline.target_passes
 
 
-def test_report_and_cli(tmp_path, capsys):
-    options = LongBenchOptions(
-        size="small", minutes=0.8, max_new_tokens=6, rounds=1, cache_dir=tmp_path / "models"
-    )
-    report = run_and_report(options, tmp_path / "out", "python -m specdec bench --long --sizes small")
-    assert report["merged_identical"] and report["mismatched_chunks"] == []
-    assert report["chunks"] == 2 and report["tokens"] > 0
-    assert "decode speedup" in capsys.readouterr().out
-    assert json.loads((tmp_path / "out" / "long.json").read_text())["chunks"] == 2
-
+def test_cli_report(tmp_path, capsys):
     code = main(
         [
-            "bench", "--long", "--sizes", "small", "--minutes", "0.6", "--max-new-tokens", "4",
-            "--repeats", "1", "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "cli"),
+            "bench", "--long", "--sizes", "small", "--minutes", "0.8", "--max-new-tokens", "6",
+            "--repeats", "1", "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
         ]
     )  # fmt: skip
     assert code == 0
-    saved = json.loads((tmp_path / "cli" / "long.json").read_text())
-    assert saved["options"]["alpha"] == 0.8 and saved["audio_seconds"] == pytest.approx(36.0)
+    assert "decode speedup" in capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "long.json").read_text())
+    assert report["merged_identical"] and report["mismatched_chunks"] == []
+    assert report["chunks"] == 2 and report["tokens"] > 0
+    assert report["options"]["alpha"] == 0.8 and report["audio_seconds"] == pytest.approx(48.0)
