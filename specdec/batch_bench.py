@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,7 +26,7 @@ from torch import nn
 
 from specdec.batching import decode_batch_features
 from specdec.bench import Bench, BenchOptions, Clip, Config, EncoderMemo, target_passes
-from specdec.bench_report import machine, write_json
+from specdec.bench_report import report_header, write_json
 from specdec.controlled_batch import BatchControlledDraft, row_plans
 from specdec.model_sizes import DEFAULT_CACHE
 from specdec.models import DraftKind, ModelPair
@@ -291,10 +291,7 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
     else:
         print(f"\nevery row of {len(rows)} configurations equals the batched target alone and its clip alone")
     report = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        **report_header(command, options),
         "rounds": options.rounds,
         "max_new_tokens": options.tokens,
         "models": {

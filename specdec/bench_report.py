@@ -186,6 +186,16 @@ def write_json(report: dict, path: Path) -> None:
     path.write_text(json.dumps(report, indent=1))
 
 
+def report_header(command: str, options: object) -> dict:
+    """The first fields of every benchmark's JSON: the command, when, on what, with which options."""
+    return {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+    }
+
+
 def machine() -> dict:
     """What the numbers were measured on."""
     import platform
@@ -221,10 +231,7 @@ def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
     rows = summarise(bench, clips, measurements)
     found = goals(rows, list(bench.pairs), options.num_draft_tokens)
     report = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        **report_header(command, options),
         "rounds": options.rounds,
         "max_new_tokens": options.tokens,
         "alphas": options.rates,

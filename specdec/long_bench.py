@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ import numpy as np
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
 from specdec.batch_bench import PROMPT_LENGTH, RowEncoder
 from specdec.bench import ASSETS, Bench, BenchOptions, target_passes
-from specdec.bench_report import machine, write_json
+from specdec.bench_report import report_header, write_json
 from specdec.chunking import CHUNK_BATCH_SIZE, Chunk, chunk_features, decode_chunks, merge_chunks, plan_chunks
 from specdec.controlled_batch import BatchControlledDraft, row_plans
 from specdec.decoding import timestamp_begin
@@ -196,10 +196,7 @@ def summarise(bench: LongBench, runs: dict[bool, list[LongRun]], command: str) -
     ]
     options = bench.options
     return {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        **report_header(command, options),
         "models": {"target": bench.bench.target.name, "draft": bench.pair.draft.name},
         "audio_seconds": bench.seconds,
         "chunks": len(bench.chunks),

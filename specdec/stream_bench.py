@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ import torch
 import transformers
 
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.bench_report import machine, write_json
+from specdec.bench_report import report_header, write_json
 from specdec.compare import warm_up
 from specdec.model_sizes import DEFAULT_CACHE, PRESETS, bench_models
 from specdec.models import load_model, make_pair
@@ -227,10 +227,7 @@ def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> 
     else:
         print("\nevery decoded update of every configuration equals the target alone on its buffer")
     report = {
-        "command": command,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
-        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        **report_header(command, options),
         "stream": {"clips": clips, "seconds": seconds, "language": LANGUAGE},
         "models": {
             "target": next(iter(whispers.values())).pair.target.name,
