@@ -11,7 +11,8 @@ No row is held to the batch minimum: `speculative.Row` is the same per-row state
 and one batched step is that loop's step for every row at once:
 
   propose: every drafting row drafts up to its own k (one batched draft pass per drafted position; a row
-           that stopped, or is not drafting, is fed nothing) ->
+           that stopped, or is not drafting, is fed nothing); with options.cost_aware the batch's k is
+           chosen each step from its measured pass costs (`draft_cost`) ->
   verify:  one batched target pass over each row's pending tokens and its draft ->
   accept:  per row, the same acceptance rule and token records as the one-row loop ->
   roll back: each row's target cache to its own length (the draft's follows at its next proposal) ->
@@ -33,6 +34,7 @@ import torch
 from specdec.acceptance import Verdict
 from specdec.batch_runner import BatchRunner
 from specdec.decoding import ClipDecoding, Encoder, language_ids, make_generator, window_features
+from specdec.draft_cost import CostAwareDraftLength
 from specdec.models import DraftKind, ModelPair
 from specdec.options import DecodeOptions
 from specdec.processing import LogitsPipeline
@@ -137,14 +139,14 @@ def decode_batch(
     """Decode every lane's window to end-of-text or its budget; a row leaves the batch when it finishes."""
     clock_start = time.perf_counter() if clock_start is None else clock_start
     active = list(lanes)  # active[b] is row b of both runners
+    chooser = (
+        CostAwareDraftLength(len(lanes), options.num_draft_tokens, options.max_draft_tokens)
+        if options.cost_aware and drafter is not None
+        else None
+    )
     while active:
         step_start = time.perf_counter()
-        num_draft_tokens = [
-            min(lane.row.num_draft_tokens, lane.max_new_tokens - len(lane.row.generated) - 1)
-            if drafter is not None and not lane.row.paused
-            else 0
-            for lane in active
-        ]
+        num_draft_tokens = _draft_lengths(active, drafter, chooser, target.lengths)
         proposals = (
             drafter.propose(active, num_draft_tokens, options)
             if drafter is not None and any(n > 0 for n in num_draft_tokens)
@@ -172,9 +174,11 @@ def decode_batch(
             verdicts.append(verdict)
         target.rollback([len(lane.row.sequence) - 1 for lane in active])  # the newest token is fed next step
         verify_seconds = time.perf_counter() - verify_start
+        if chooser is not None:
+            _observe(chooser, feeds, verify_seconds, proposals, verdicts)
         for lane, proposal, verdict in zip(active, proposals, verdicts, strict=True):
             _record(lane, proposal, verdict, step_start - clock_start, verify_seconds)
-            if options.adaptive and drafter is not None:
+            if options.adaptive and drafter is not None and chooser is None:
                 adapt_draft_length(lane.row, len(proposal.tokens), verdict.n_accepted, options)
             lane.row.finished = lane.row.finished or len(lane.row.generated) >= lane.max_new_tokens
         unfinished = [b for b, lane in enumerate(active) if not lane.row.finished]
@@ -182,8 +186,49 @@ def decode_batch(
             target.keep(unfinished)
             if drafter is not None:
                 drafter.keep(unfinished)
+            if chooser is not None:
+                chooser.keep(unfinished)
             active = [active[b] for b in unfinished]
     return lanes
+
+
+def _draft_lengths(
+    active: list[Lane],
+    drafter: BatchDrafter | None,
+    chooser: CostAwareDraftLength | None,
+    target_lengths: list[int],
+) -> list[int]:
+    """Each row's k this step: its own (fixed or adaptive) or the cost-aware choice; within its budget."""
+    budgets = [lane.max_new_tokens - len(lane.row.generated) - 1 for lane in active]
+    if drafter is None:
+        return [0] * len(active)
+    if chooser is not None:
+        pending = [
+            len(lane.row.sequence) - length for lane, length in zip(active, target_lengths, strict=True)
+        ]
+        return chooser.choose(pending, budgets)
+    return [
+        0 if lane.row.paused else min(lane.row.num_draft_tokens, budget)
+        for lane, budget in zip(active, budgets, strict=True)
+    ]
+
+
+def _observe(
+    chooser: CostAwareDraftLength,
+    feeds: list[list[int]],
+    verify_seconds: float,
+    proposals: list[Proposal],
+    verdicts: list[Verdict],
+) -> None:
+    """Tell the cost-aware chooser what this step fed, how long its passes took and what was accepted."""
+    draft_passes = max(len(proposal.tokens) for proposal in proposals)  # one batched pass per position
+    chooser.observe(
+        sum(len(feed) for feed in feeds),
+        verify_seconds,
+        draft_passes,
+        proposals[0].seconds if draft_passes else 0.0,
+        [(len(p.tokens), v.n_accepted) for p, v in zip(proposals, verdicts, strict=True)],
+    )
 
 
 def _record(

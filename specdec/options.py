@@ -19,6 +19,8 @@ class DecodeOptions:
     adaptive: bool = False  # grow k after a fully accepted draft, shrink it after a rejection
     min_draft_tokens: int = 1  # bounds of adaptive k
     max_draft_tokens: int = 12
+    cost_aware: bool = False  # batches: each step's k from measured pass costs (`draft_cost`); greedy
+    # output is unchanged, but seeded sampling then depends on timings
     draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
     max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
     prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before the first window

@@ -1,0 +1,93 @@
+"""Cost-aware draft length: the choice follows the measured costs, and never changes the output.
+
+The chooser's decision is checked on stated costs (a compute-bound verify pass must stop drafting, a
+memory-bound one must draft long); its use in a real batch is checked for what matters to users: every
+row is still its clip decoded alone, while the batch's k really changes between steps. (On the demo
+pair a draft pass costs about what a verify pass costs, so after the exploration steps the chooser
+rightly stops drafting: measured k = 0.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_batching import BATCH, MAX_NEW_TOKENS, assert_same_outputs, decode_alone, decode_together
+
+from specdec.draft_cost import CostAwareDraftLength, RowAcceptance, expected_tokens
+from specdec.options import DecodeOptions
+
+ROWS = 8
+
+
+def chooser_after(
+    slope: float, intercept: float, draft_pass: float, alpha_steps: int = 20
+) -> CostAwareDraftLength:
+    """A chooser that measured verify(n) = intercept + slope * n at two n; rows accept 4 of 5 drafts."""
+    chooser = CostAwareDraftLength(ROWS, num_draft_tokens=5, max_draft_tokens=12)
+    for row in chooser.rows:
+        for _ in range(alpha_steps):
+            row.observe(5, 4)  # 4 accepted, the 5th judged and rejected: alpha -> 0.8
+    chooser.steps = 1
+    chooser.observe(ROWS, intercept + slope * ROWS, 0, 0.0, [(0, 0)] * ROWS)
+    chooser.observe(ROWS * 6, intercept + slope * ROWS * 6, 5, 5 * draft_pass, [(0, 0)] * ROWS)
+    return chooser
+
+
+def test_acceptance_counts_only_judged_positions():
+    row = RowAcceptance()
+    row.observe(5, 2)  # 2 accepted, the 3rd rejected, the last 2 never judged
+    row.observe(3, 3)
+    assert (row.accepted, row.judged) == (1 + 5, 2 + 3 + 3)
+
+
+def test_expected_tokens_is_leviathans_formula():
+    assert expected_tokens(0.8, 0) == 1
+    assert expected_tokens(0.8, 5) == pytest.approx((1 - 0.8**6) / (1 - 0.8))
+    assert expected_tokens(1.0, 4) == 5
+
+
+def test_memory_bound_verify_drafts_long():
+    """A verify pass costs the same for any number of tokens: draft as long as the bound allows."""
+    chooser = chooser_after(slope=0.0, intercept=1.0, draft_pass=0.001)
+    assert chooser.choose([1] * ROWS, [30] * ROWS) == [12] * ROWS
+    assert chooser.choose([1] * ROWS, [3] * (ROWS - 1) + [0]) == [3] * (ROWS - 1) + [0]  # each row's budget
+
+
+def test_compute_bound_verify_stops_drafting():
+    """Each token costs its full share (no intercept) and drafts cost time: the target alone is fastest."""
+    chooser = chooser_after(slope=0.1, intercept=0.0, draft_pass=0.2)
+    assert chooser.choose([1] * ROWS, [30] * ROWS) == [0] * ROWS
+
+
+def test_partly_compute_bound_verify_drafts_short():
+    """The 2-core figures at batch 8 (one-token pass 0.97 s, 8 x 6 tokens 2.6 s, draft pass 0.18 s)."""
+    slope = (2.6 - 0.97) / (ROWS * 6 - ROWS)
+    chooser = chooser_after(slope=slope, intercept=0.97 - slope * ROWS, draft_pass=0.18)
+    assert chooser.choose([1] * ROWS, [30] * ROWS)[0] in (1, 2, 3)
+
+
+def test_exploration_then_choice():
+    """Step 0 drafts k, step 1 drafts nothing (the line's low point), step 2 drafts k; then it decides."""
+    chooser = CostAwareDraftLength(2, num_draft_tokens=4, max_draft_tokens=8)
+    assert chooser.choose([4, 4], [30, 30]) == [4, 4]
+    chooser.observe(16, 5.0, 4, 0.4, [(4, 4), (4, 1)])  # step 0: not a cost point (cross-attention)
+    assert chooser.costs.verify_points == []
+    assert chooser.choose([1, 1], [30, 30]) == [0, 0]
+    chooser.observe(2, 0.1, 0, 0.0, [(0, 0), (0, 0)])
+    assert chooser.choose([1, 1], [30, 30]) == [4, 4]
+    chooser.observe(10, 0.1, 4, 0.004, [(4, 4), (4, 4)])
+    assert chooser.choose([1, 1], [30, 30]) == [8, 8]  # free verify tokens, cheap drafts, high acceptance
+
+
+@pytest.mark.parametrize("pair_name", ["separate_pair", "shared_pair"])
+def test_cost_aware_batch_equals_alone(pair_name, request):
+    pair = request.getfixturevalue(pair_name)
+    options = DecodeOptions(language="en", cost_aware=True, max_new_tokens=MAX_NEW_TOKENS)
+    batched = decode_together(pair, options)
+    assert_same_outputs(batched, decode_alone(pair, options))
+    first_window = [[s for s in t.result.steps if s.window == 0] for t in batched]
+    assert all(not steps[1].drafted for steps in first_window if len(steps) > 1)  # the exploration step
+    drafted = {len(s.drafted) for steps in first_window for s in steps}
+    assert {0, options.num_draft_tokens} <= drafted, f"the batch's k never changed: {drafted}"
+    labels = {token.label for t in batched for token in t.result.tokens}
+    assert {"accepted", "corrected"} <= labels, "needs both accepted and rejected drafts to prove anything"
+    assert len(batched) == len(BATCH)
