@@ -64,6 +64,7 @@ class BatchConfig:
     name: str
     batch_size: int
     draft: str | None = None  # draft folder name; None: the target alone
+    cost_aware: bool = False  # k chosen each step from measured costs (`draft_cost`); else k fixed
 
 
 @dataclass
@@ -114,11 +115,12 @@ class BatchBench:
         )
         self.drafts = drafts[:1] if options.quick else drafts  # the shared-encoder (distil-size) one first
         self.configs = [
-            BatchConfig(name, size, draft)
+            BatchConfig(name, size, draft, cost_aware)
             for size in options.batch_sizes
-            for name, draft in [
-                ("target alone", None),
-                *((f"{d} k={options.num_draft_tokens}", d) for d in self.drafts),
+            for name, draft, cost_aware in [
+                ("target alone", None, False),
+                *((f"{d} k={options.num_draft_tokens}", d, False) for d in self.drafts),
+                *((f"{d} cost-aware", d, True) for d in self.drafts),
             ]
         ]
 
@@ -135,7 +137,10 @@ class BatchBench:
         rows = self.row_clips[: config.batch_size]
         pair = self.bench.pairs.get(config.draft) or ModelPair(self.bench.target, None, None, None)
         options = DecodeOptions(
-            language=LANGUAGE, max_new_tokens=max_new_tokens, num_draft_tokens=self.options.num_draft_tokens
+            language=LANGUAGE,
+            max_new_tokens=max_new_tokens,
+            num_draft_tokens=self.options.num_draft_tokens,
+            cost_aware=config.cost_aware,
         )
         controlled = (
             BatchControlledDraft(pair, PROMPT_LENGTH, self.plans[: config.batch_size])
@@ -202,6 +207,7 @@ def summarise(bench: BatchBench, measurements: dict) -> list[dict]:
                 "alpha": sum(s.n_accepted for s in steps) / judged if config.draft and judged else None,
                 "tokens": tokens,
                 "tokens_per_pass": tokens / len(steps),  # per row: tokens per target pass over that row
+                "mean_k": sum(len(s.drafted) for s in steps) / len(steps),  # drafted per row and pass
                 "target_passes": kept.target_passes,  # batched passes
                 "rows_per_second": config.batch_size / decode,
                 "tokens_per_second": tokens / decode,
@@ -222,16 +228,17 @@ def summarise(bench: BatchBench, measurements: dict) -> list[dict]:
     return rows
 
 
-def goals(rows: list[dict], drafts: list[str]) -> list[dict]:
-    """Speedup over the batched target alone at batch 8 and 16, per draft (steady part; whole decode too)."""
+def goals(rows: list[dict]) -> list[dict]:
+    """Speedup over the batched target alone at batch 8 and 16, per drafting configuration (steady part;
+    whole decode too)."""
     found = []
-    for draft in drafts:
+    for name in dict.fromkeys(r["config"] for r in rows if r["draft"]):
         for batch_size, threshold in GOALS.items():
-            row = next((r for r in rows if r["draft"] == draft and r["batch_size"] == batch_size), None)
+            row = next((r for r in rows if r["config"] == name and r["batch_size"] == batch_size), None)
             value = row["speedup_steady"] if row else None
             found.append(
                 {
-                    "goal": f"speedup over the batched target alone, {draft}, batch {batch_size}",
+                    "goal": f"speedup over the batched target alone, {name}, batch {batch_size}",
                     "value": value,
                     "whole_decode": row["speedup_decode"] if row else None,
                     "threshold": threshold,
@@ -245,7 +252,7 @@ def table(rows: list[dict]) -> str:
     """A fixed-width text table: one line per (batch size, configuration)."""
     header = (
         f"{'batch':>5}  {'configuration':<26}{'decode s':>9}{'1st pass':>9}{'steady':>8}{'x steady':>9}"
-        f"{'x decode':>9}{'α':>6}{'tok/pass':>9}{'passes':>7}{'rows/s':>8}{'tok/s':>7}  same"
+        f"{'x decode':>9}{'α':>6}{'mean k':>7}{'tok/pass':>9}{'passes':>7}{'rows/s':>8}{'tok/s':>7}  same"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -259,7 +266,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"{row['batch_size']:>5}  {row['config']:<26}{row['decode_seconds']:>9.2f}"
             f"{row['first_pass_seconds']:>9.2f}{row['steady_seconds']:>8.2f}{row['speedup_steady']:>9.2f}"
-            f"{row['speedup_decode']:>9.2f}{alpha:>6}{row['tokens_per_pass']:>9.2f}{row['target_passes']:>7}"
+            f"{row['speedup_decode']:>9.2f}{alpha:>6}{row['mean_k']:>7.2f}{row['tokens_per_pass']:>9.2f}{row['target_passes']:>7}"
             f"{row['rows_per_second']:>8.2f}{row['tokens_per_second']:>7.1f}  {same}"
         )
     return "\n".join(lines)
@@ -270,7 +277,7 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
     started = time.perf_counter()
     bench, measurements = run_batch_bench(options)
     rows = summarise(bench, measurements)
-    found = goals(rows, bench.drafts)
+    found = goals(rows)
     print(table(rows))
     print()
     for goal in found:

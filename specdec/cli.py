@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     transcribe.add_argument("--seed", type=int, default=None)
     transcribe.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
     transcribe.add_argument("--adaptive", action="store_true", help="adapt k to the acceptance")
+    transcribe.add_argument(
+        "--cost-aware",
+        action="store_true",
+        help="batches and chunks: choose k each step from measured pass costs (greedy output unchanged)",
+    )
     transcribe.add_argument("--max-new-tokens", type=int, default=None)
     transcribe.add_argument(
         "--batch-size", type=int, default=1, help="files decoded together (same output as one at a time)"
@@ -128,12 +133,18 @@ def _parser() -> argparse.ArgumentParser:
         help="only the batch-scaling benchmark (batch 1-16, α 0.8, target alone vs specdec): batch.json",
     )
     bench.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=None, help="with --batch: sizes (default 1 2 4 8 16)"
+    )
+    bench.add_argument(
         "--long",
         action="store_true",
         help="only the long-clip benchmark (chunked mode, target alone vs specdec at α 0.8; the first "
         "--audio file, else --minutes of assets/ clips): long.json",
     )
     bench.add_argument("--minutes", type=float, default=10.0, help="with --long: length of the made clip")
+    bench.add_argument(
+        "--fixed-k", action="store_true", help="with --long: k = --num-draft-tokens (default: cost-aware k)"
+    )
     bench.set_defaults(command=_bench)
     return parser
 
@@ -185,6 +196,7 @@ def _batch_bench(args: argparse.Namespace, command: str) -> int:
     options = BatchBenchOptions(
         size=args.sizes,
         quick=args.quick,
+        **({"batch_sizes": tuple(args.batch_sizes)} if args.batch_sizes else {}),
         alpha=args.alphas[0] if args.alphas else 0.8,
         num_draft_tokens=args.num_draft_tokens,
         max_new_tokens=args.max_new_tokens,
@@ -209,6 +221,7 @@ def _long_bench(args: argparse.Namespace, command: str) -> int:
         audio=args.audio[0] if args.audio else None,
         alpha=args.alphas[0] if args.alphas else 0.8,
         num_draft_tokens=args.num_draft_tokens,
+        cost_aware=not args.fixed_k,
         max_new_tokens=args.max_new_tokens or 32,
         rounds=args.repeats or 2,
         seed=args.seed,
@@ -316,6 +329,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_draft_tokens=args.num_draft_tokens,
         adaptive=args.adaptive,
+        cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
     )
     whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)

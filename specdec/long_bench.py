@@ -47,7 +47,8 @@ class LongBenchOptions:
     audio: str | None = None  # a long file to use instead
     alpha: float | None = 0.8  # planted agreement rate per chunk; None: the draft's own agreement
     draft: str | None = None  # draft folder name; None: the shared-encoder (distil-size) draft
-    num_draft_tokens: int = 5  # k
+    num_draft_tokens: int = 5  # k (with cost_aware, the k of its exploration steps)
+    cost_aware: bool = True  # each step's k from the batch's measured costs, as the app's chunked mode
     max_new_tokens: int = 32  # per chunk
     batch_size: int = CHUNK_BATCH_SIZE  # chunks decoded together
     rounds: int = 2  # each way; ordered target, speculative, speculative, target, ...
@@ -100,6 +101,7 @@ class LongBench:
             language=LANGUAGE,
             max_new_tokens=options.max_new_tokens,
             num_draft_tokens=options.num_draft_tokens,
+            cost_aware=options.cost_aware,
         )
         self.target_only = ModelPair(self.bench.target, None, None, None)
         reference = self.run(speculative=False)
@@ -204,6 +206,7 @@ def summarise(bench: LongBench, runs: dict[bool, list[LongRun]], command: str) -
         "tokens": tokens,
         "target_alone": {"decode_seconds": base_seconds, "target_passes": baseline.target_passes},
         "speculative": {
+            "k": "cost-aware" if options.cost_aware else options.num_draft_tokens,
             "decode_seconds": spec_seconds,
             "target_passes": speculative.target_passes,
             "acceptance_rate": accepted / drafted if drafted else None,
@@ -241,7 +244,7 @@ def table(report: dict) -> str:
             f"{report['real_time_factor']['target_alone']:>7.3f}",
             f"{'speculative':<14}{spec['decode_seconds']:>9.1f}{spec['target_passes']:>8}"
             f"{report['real_time_factor']['speculative']:>7.3f}",
-            f"decode speedup {report['decode_speedup']:.2f}x "
+            f"decode speedup {report['decode_speedup']:.2f}x (k: {spec['k']}) "
             f"(with the encoder: {report['total_speedup']:.2f}x), acceptance {alpha}; "
             f"identical (every chunk and the merged transcript): {same}",
         ]

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from specdec.batch_bench import BatchBench, BatchBenchOptions, BatchConfig, run_and_report
+from specdec.batch_bench import BatchBench, BatchBenchOptions, BatchConfig
 from specdec.cli import main
 from specdec.controlled import judged
 
@@ -19,21 +19,26 @@ BATCH = 7  # rows 5 and 6 are clips 0 and 1 again, each with its own plan
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> BatchBench:
+def models_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def bench(models_dir) -> BatchBench:
     options = BatchBenchOptions(
-        size="small",
-        batch_sizes=(1, BATCH),
-        alpha=0.7,
-        max_new_tokens=MAX_NEW_TOKENS,
-        cache_dir=tmp_path_factory.mktemp("models"),
+        size="small", batch_sizes=(1, BATCH), alpha=0.7, max_new_tokens=MAX_NEW_TOKENS, cache_dir=models_dir
     )
     return BatchBench(options, log=lambda _: None)
 
 
-@pytest.mark.parametrize("draft", ["draft-shared", "draft-separate"])
-def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft):
+@pytest.mark.parametrize(
+    ("draft", "cost_aware"),
+    [("draft-shared", False), ("draft-separate", False), ("draft-shared", True)],
+    ids=["shared", "separate", "shared-cost-aware"],
+)
+def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft, cost_aware):
     alone = bench.run(BatchConfig("target alone", BATCH), MAX_NEW_TOKENS)
-    controlled = bench.run(BatchConfig(draft, BATCH, draft), MAX_NEW_TOKENS)
+    controlled = bench.run(BatchConfig(draft, BATCH, draft, cost_aware), MAX_NEW_TOKENS)
     lengths = set()
     for i, (result, reference) in enumerate(zip(controlled.results, alone.results, strict=True)):
         assert result.token_ids == reference.token_ids == bench.alone[bench.row_clips[i].name].token_ids
@@ -54,35 +59,25 @@ def test_row_plans_are_seeded_per_row(bench):
     assert all(0.3 < rate < 1.0 for rate in rates)
 
 
-def test_batch_table_is_produced(tmp_path, capsys):
-    options = BatchBenchOptions(
-        size="small", batch_sizes=(1, 2), max_new_tokens=6, repeats=1, cache_dir=tmp_path / "models"
-    )
-    report = run_and_report(options, tmp_path / "out", "python -m specdec bench --batch --sizes small")
+def test_cli_bench_batch_writes_the_table_and_report(models_dir, tmp_path, capsys):
+    code = main(
+        [
+            "bench", "--batch", "--sizes", "small", "--quick", "--batch-sizes", "1", "2",
+            "--max-new-tokens", "6", "--cache-dir", str(models_dir), "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
     printed = capsys.readouterr().out
-    assert "x steady" in printed and "every row of 6 configurations equals" in printed
-    assert {(row["config"].split()[0], row["batch_size"]) for row in report["rows"]} == {
-        (name, size) for name in ("target", "draft-shared", "draft-separate") for size in (1, 2)
+    assert "batch  configuration" in printed and "every row of 6 configurations equals" in printed
+    report = json.loads((tmp_path / "batch.json").read_text())
+    assert {(row["config"], row["batch_size"]) for row in report["rows"]} == {
+        (name, size)
+        for name in ("target alone", "draft-shared k=5", "draft-shared cost-aware")  # quick: distil-like
+        for size in (1, 2)
     }
     for row in report["rows"]:
         assert row["mismatched_batched"] == [] and row["mismatched_alone"] == []
         assert row["tokens"] > 0 and row["target_passes"] > 0
         assert (row["alpha"] is None) == (row["draft"] is None)
     assert [goal["met"] for goal in report["goals"]] == [None] * 4  # batch 8 and 16 not run
-    saved = json.loads((tmp_path / "out" / "batch.json").read_text())
-    assert saved["rows"] == report["rows"]
-    assert (tmp_path / "out" / "batch.html").exists()
-
-
-def test_cli_bench_batch_quick_on_demo_models(tmp_path, capsys):
-    code = main(
-        [
-            "bench", "--batch", "--sizes", "small", "--quick", "--max-new-tokens", "4",
-            "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
-        ]
-    )  # fmt: skip
-    assert code == 0
-    report = json.loads((tmp_path / "out" / "batch.json").read_text())
-    assert sorted({row["batch_size"] for row in report["rows"]}) == [1, 2, 4, 8, 16]
-    assert {row["draft"] for row in report["rows"]} == {None, "draft-shared"}  # quick: distil-like only
-    assert "batch  configuration" in capsys.readouterr().out
+    assert (tmp_path / "batch.html").exists()
