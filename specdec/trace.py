@@ -83,7 +83,13 @@ class DecodeResult:
 
     @property
     def num_target_passes(self) -> int:
+        """Target passes over this clip's rows (in chunked mode, each chunk's, summed)."""
         return len(self.steps)
+
+    @property
+    def batched_passes(self) -> tuple[Step, ...]:
+        """One step per target pass actually run: the chunks of one batch share each pass (and its start)."""
+        return tuple({step.start_seconds: step for step in self.steps}.values())
 
     @property
     def num_drafted(self) -> int:
@@ -112,11 +118,11 @@ class DecodeResult:
 
     @property
     def draft_seconds(self) -> float:
-        return sum(step.draft_seconds for step in self.steps)
+        return sum(step.draft_seconds for step in self.batched_passes)
 
     @property
     def verify_seconds(self) -> float:
-        return sum(step.verify_seconds for step in self.steps)
+        return sum(step.verify_seconds for step in self.batched_passes)
 
     @property
     def tokens_per_second(self) -> float:
@@ -127,6 +133,7 @@ class DecodeResult:
         return {
             "num_generated": self.num_generated,
             "num_target_passes": self.num_target_passes,
+            "num_batched_passes": len(self.batched_passes),
             "num_drafted": self.num_drafted,
             "num_accepted": self.num_accepted,
             "acceptance_rate": self.acceptance_rate,

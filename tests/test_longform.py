@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -277,6 +278,11 @@ def test_chunked_transcript_trace_and_file_relative_times(separate_pair):
     starts = [s.start_seconds for s in result.segments if s.start_seconds is not None]
     assert any(start > 30 for start in starts)  # file-relative, not chunk-relative
     assert transcription.text == separate_pair.decode_text(result.token_ids) and reports[-1] == 1.0
+    # the three chunks shared their batched passes: timings count each pass once
+    steps_per_chunk = Counter(result.windows[step.window].chunk for step in result.steps)
+    stats = result.stats()
+    assert max(steps_per_chunk.values()) <= stats["num_batched_passes"] < stats["num_target_passes"]
+    assert stats["verify_seconds"] < sum(step.verify_seconds for step in result.steps)
 
 
 @pytest.mark.slow
