@@ -50,7 +50,7 @@ STORES: dict[str, web.ModelStore] = {}  # the served store, registered by build_
 try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
     import spaces
 
-    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=120), True
+    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=web.gpu_seconds), True  # longer for long clips
 except ImportError:
 
     def gpu_task(function):
@@ -181,7 +181,12 @@ def _compare_tab(store: web.ModelStore) -> None:
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
                 task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
             with gr.Row():
-                draft_length = gr.Radio(["adaptive", "fixed"], value="adaptive", label="Draft length")
+                draft_length = gr.Radio(
+                    ["adaptive", "fixed"],
+                    value="adaptive",
+                    label="Draft length",
+                    info="adaptive: k follows the acceptance (chunked, greedy: the batch's measured costs)",
+                )
                 num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
             with gr.Row():
                 temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+import soundfile as sf
 import torch
 from transformers import GenerationConfig
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
@@ -142,6 +143,10 @@ class CompareRequest:
                 seed=None if self.seed is None else int(self.seed),
                 num_draft_tokens=int(self.num_draft_tokens),
                 adaptive=self.draft_length == "adaptive",
+                # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
+                cost_aware=self.draft_length == "adaptive"
+                and self.long_form == "chunked"
+                and float(self.temperature) == 0,
             )
         except ValueError as error:
             raise UserError(str(error)) from error
@@ -150,6 +155,16 @@ class CompareRequest:
         if self.long_form not in longform.LONG_FORM_MODES:
             modes = " or ".join(longform.LONG_FORM_MODES)
             raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
+
+
+def gpu_seconds(request: CompareRequest, progress: object = None) -> int:
+    """ZeroGPU's time limit for one request (`spaces.GPU(duration=...)` calls this with the task's
+    arguments): a minute, plus 20 s per minute of audio for the two decodes, at most 5 minutes."""
+    try:
+        seconds = sf.info(request.audio).duration
+    except (TypeError, sf.SoundFileError, RuntimeError, OSError):
+        seconds = 30.0  # the task itself reports the unreadable file
+    return int(min(60 + seconds / 3, 300))
 
 
 def chosen_language(language: str | None) -> str | None:

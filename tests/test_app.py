@@ -206,6 +206,15 @@ def test_requests_and_views_pickle_for_zero_gpu(view):
     assert restored.comparison.identical and restored.tokens_html == view.tokens_html
 
 
+def test_zero_gpu_time_limit_grows_with_the_clip(tmp_path):
+    short, long = tmp_path / "short.wav", tmp_path / "long.wav"
+    sf.write(short, np.zeros(16_000 * 5, dtype=np.float32), 16_000)
+    sf.write(long, np.zeros(16_000 * 600, dtype=np.float32), 8_000)  # 20 minutes by its header
+    assert web.gpu_seconds(web.CompareRequest(str(short), "draft")) == 61
+    assert web.gpu_seconds(web.CompareRequest(str(long), "draft")) == 300  # the cap
+    assert web.gpu_seconds(web.CompareRequest(None, "draft")) == 70  # no audio: the task says so
+
+
 def test_planted_steps_give_the_exact_spans(store):
     """Step 0 drafts a b c, keeps a, corrects to x; step 1 drafts y z, keeps y, corrects to end-of-text."""
     tokenizer = store.whisper(SHARED).pair.target.processor.tokenizer
