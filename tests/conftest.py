@@ -18,6 +18,9 @@ from specdec.demo_models import build_demo_models  # noqa: E402
 from specdec.models import DraftKind, load_pair  # noqa: E402
 from specdec.transcriber import SpeculativeWhisper  # noqa: E402
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one worker per core, one thread per worker
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> dict[str, Path]:

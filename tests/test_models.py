@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import huggingface_hub
 import pytest
 from transformers import BertConfig, BertModel
 
@@ -47,6 +48,7 @@ def test_incompatible_text_vocabulary_is_refused(demo_models, tmp_path):
 def test_missing_folder_and_unreachable_hub_give_one_clear_error(monkeypatch):
     with pytest.raises(PairError, match="no model folder"):
         load_pair("./no-such-model", None, device="cpu")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read once, at import: set the constant too (no retries)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(PairError, match="demo-models"):
         load_pair("openai/whisper-this-does-not-exist", None, device="cpu")
