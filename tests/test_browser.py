@@ -42,8 +42,15 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
     assert "Identical" in verdict
     assert count > 5 and rejected > 0
     assert screenshot.stat().st_size > 10_000
+    _keep(screenshot, "compare.png")
+
+
+def _keep(screenshot: Path, name: str) -> None:
+    """Copy a screenshot into SPECDEC_SCREENSHOTS (made if missing), when set."""
     if os.environ.get("SPECDEC_SCREENSHOTS"):
-        shutil.copy(screenshot, Path(os.environ["SPECDEC_SCREENSHOTS"]) / "compare.png")
+        folder = Path(os.environ["SPECDEC_SCREENSHOTS"])
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(screenshot, folder / name)
 
 
 def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
@@ -84,6 +91,5 @@ def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
         stats = page.inner_text("#live-stats")
         browser.close()
     assert "target passes" in stats and "behind live" in stats
-    if os.environ.get("SPECDEC_SCREENSHOTS"):
-        for name in ("live-recording.png", "live-stopped.png"):
-            shutil.copy(tmp_path / name, Path(os.environ["SPECDEC_SCREENSHOTS"]) / name)
+    for name in ("live-recording.png", "live-stopped.png"):
+        _keep(tmp_path / name, name)
