@@ -232,20 +232,14 @@ def _window_hover(row: WindowStats, end: float) -> str:
     )
 
 
-def pass_seconds(result: DecodeResult) -> tuple[float, float]:
-    """Seconds drafting and verifying; a batched pass (chunked long-form) counts once, not once per row:
-    its rows' steps start at the same moment and each carries the whole pass's times."""
-    passes: dict[float, tuple[float, float]] = {}
-    for step in result.steps:
-        draft, verify = passes.get(step.start_seconds, (0.0, 0.0))
-        passes[step.start_seconds] = (max(draft, step.draft_seconds), max(verify, step.verify_seconds))
-    return sum(draft for draft, _ in passes.values()), sum(verify for _, verify in passes.values())
-
-
 def time_breakdown(result: DecodeResult) -> dict[str, float]:
-    """Seconds in the encoder(s), drafting, verifying, and everything else (processing, bookkeeping)."""
-    draft, verify = pass_seconds(result)
-    parts = {"encoder": result.encoder_seconds, "draft": draft, "verify": verify}
+    """Seconds in the encoder(s), drafting, verifying, and everything else (processing, bookkeeping); a
+    batched pass (chunked long-form) counts once, not once per row (`DecodeResult.batched_passes`)."""
+    parts = {
+        "encoder": result.encoder_seconds,
+        "draft": result.draft_seconds,
+        "verify": result.verify_seconds,
+    }
     parts["other"] = max(result.total_seconds - sum(parts.values()), 0.0)
     return parts
 
