@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import AddedToken
 from transformers import (
     GenerationConfig,
     WhisperConfig,
@@ -54,8 +53,9 @@ from transformers.convert_slow_tokenizer import TikTokenConverter
 from transformers.models.whisper.modeling_whisper import WhisperDecoder, sinusoids
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specdec.tokenizer import NUM_TIMESTAMPS, whisper_tokenizer
+
 VOCABULARY_FILE = Path(__file__).parent / "assets" / "multilingual.tiktoken"
-NUM_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>, the last ids of every Whisper vocabulary
 
 
 @dataclass(frozen=True)
@@ -143,13 +143,7 @@ def special_tokens(vocabulary: Vocabulary) -> list[str]:
 def build_tokenizer(vocabulary: Vocabulary) -> WhisperTokenizer:
     """A Whisper tokenizer with openai/whisper's text tokens and the hub's special and timestamp tokens."""
     vocab, merges = _TiktokenFileConverter().extract_vocab_merges_from_model(str(VOCABULARY_FILE))
-    tokenizer = WhisperTokenizer(vocab=vocab, merges=merges)  # adds <|endoftext|> as id 50257
-    tokenizer.add_special_tokens({"additional_special_tokens": special_tokens(vocabulary)})
-    # like the hub tokenizers: timestamps are added tokens but not special, decode() filters them itself
-    timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(NUM_TIMESTAMPS)]
-    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in timestamps])
-    tokenizer.set_prefix_tokens()  # the prefix template was built before the special tokens existed
-    return tokenizer
+    return whisper_tokenizer(vocab, merges, special_tokens(vocabulary))  # <|endoftext|> appended as 50257
 
 
 def non_speech_tokens(tokenizer: WhisperTokenizer) -> list[int]:
