@@ -1,7 +1,8 @@
 """specdec web demo: Whisper decoding alone and with speculative decoding, side by side.
 
-python app.py                 # openai/whisper-large-v3 with whisper-tiny (needs the hub or its cache)
-python app.py --demo-models   # offline: random-weight demo checkpoints, transcripts are meaningless
+python app.py                 # real models: whisper-base <- whisper-tiny.en on a CPU (bundled, offline),
+                              # whisper-large-v3 <- whisper-tiny on a GPU (from the hub)
+python app.py --demo-models   # random-weight demo checkpoints for tests: transcripts are meaningless
 
 Layout and wiring only; the handlers are plain functions in specdec/web.py.
 """
@@ -17,8 +18,10 @@ import gradio as gr
 
 from specdec import live, web
 from specdec.audio import MAX_LONG_SECONDS, duration_text
+from specdec.cli import show_log
 from specdec.highlight import legend_html
 from specdec.longform import LONG_FORM_MODES
+from specdec.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_FILE_SIZE = "25mb"  # 10 min of 16 kHz mono 16-bit WAV is 19 MB (a compressed file holds more)
@@ -106,15 +109,27 @@ def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) 
             f'<div class="specdec-banner" style="background:#fef3c7;color:#92400e">🎲 {warning}</div>'
             f"<p><small>{info}</small></p>"
         )
-    return f"<p><small>{info}</small></p>"
+    return (
+        f'<div class="specdec-banner" style="background:#dcfce7;color:#166534">🎙️ Real Whisper weights. '
+        f'<span style="font-weight:400">{html.escape(info)}</span></div>'
+    )
 
 
-def _compare_tab(store: web.ModelStore) -> None:
+def _pair_dropdown(store: web.ModelStore, choices: list[tuple[str, str]]) -> gr.Dropdown:
+    return gr.Dropdown(
+        choices,
+        value=store.default_pair,
+        label="Models: target ← draft",
+        info="A pair marked unavailable cannot be loaded here (no hub access); the bundled pair always can.",
+    )
+
+
+def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
 
     def run_compare(
         audio,
-        draft,
+        pair,
         language,
         task,
         timestamps,
@@ -127,7 +142,7 @@ def _compare_tab(store: web.ModelStore) -> None:
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
-            audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
         )  # fmt: skip
@@ -148,7 +163,7 @@ def _compare_tab(store: web.ModelStore) -> None:
 
     def run_transcribe(
         audio,
-        draft,
+        pair,
         language,
         task,
         timestamps,
@@ -160,7 +175,7 @@ def _compare_tab(store: web.ModelStore) -> None:
         progress=gr.Progress(),
     ):
         request = web.CompareRequest(
-            audio=audio, draft=draft, language=language, task=task, timestamps=timestamps,
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form,
         )  # fmt: skip
@@ -176,7 +191,7 @@ def _compare_tab(store: web.ModelStore) -> None:
             )
             reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
         with gr.Column(scale=2):
-            draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
+            pair = _pair_dropdown(store, choices)
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
                 task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -222,7 +237,7 @@ def _compare_tab(store: web.ModelStore) -> None:
 
     settings = [
         audio,
-        draft,
+        pair,
         language,
         task,
         timestamps,
@@ -263,7 +278,7 @@ def _compare_tab(store: web.ModelStore) -> None:
     )
 
 
-def _live_tab(store: web.ModelStore) -> None:
+def _live_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
     """The Live view: the microphone streamed in chunks, re-decoded at each update, committed as it agrees."""
     if ON_ZERO_GPU:  # every chunk would wait for its own GPU allocation
         gr.Markdown("The Live view needs a dedicated GPU or CPU Space; ZeroGPU allocates a GPU per call.")
@@ -276,7 +291,7 @@ def _live_tab(store: web.ModelStore) -> None:
             )
             clear = gr.Button("Clear", elem_id="live-clear")
         with gr.Column(scale=3):
-            draft = gr.Dropdown(list(store.drafts), value=store.default_draft, label="Draft model")
+            pair = _pair_dropdown(store, choices)
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
                 chunk_seconds = gr.Slider(0.5, 3.0, value=1.0, step=0.25, label="Update every (s of audio)")
@@ -287,10 +302,10 @@ def _live_tab(store: web.ModelStore) -> None:
     # per browser session: two listeners never share audio or text; a closed page ends its worker
     listener = gr.State(None, time_to_live=3600, delete_callback=lambda old: old and old.close(wait=False))
 
-    def hear(audio, current, draft_label, language_code, seconds, reuse_hypothesis):
+    def hear(audio, current, pair_label, language_code, seconds, reuse_hypothesis):
         try:
             if current is None or current.stopped:  # each recording starts a new transcript
-                current = live.open_listener(store, draft_label, language_code, seconds, reuse_hypothesis)
+                current = live.open_listener(store, pair_label, language_code, seconds, reuse_hypothesis)
             if not live.hear(current, audio):
                 return current, gr.skip(), gr.skip(), gr.skip()  # no whole chunk yet: nothing new to show
         except web.UserError as error:
@@ -312,7 +327,7 @@ def _live_tab(store: web.ModelStore) -> None:
     shown = [listener, transcript, stats, latency]
     microphone.stream(  # the handler only hands chunks to the listener's worker and returns at once
         hear,
-        [microphone, listener, draft, language, chunk_seconds, reuse],
+        [microphone, listener, pair, language, chunk_seconds, reuse],
         shown,
         stream_every=0.5,
         time_limit=LIVE_TIME_LIMIT,
@@ -326,6 +341,7 @@ def _live_tab(store: web.ModelStore) -> None:
 def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
     """The page: the Compare and Live views wired to the store's handlers."""
     STORES["served"] = store
+    choices = store.choices()
     with gr.Blocks(title="specdec: speculative decoding for Whisper") as demo:
         gr.Markdown("# specdec: lossless speculative decoding for Whisper")
         gr.HTML(banner)
@@ -333,9 +349,9 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
             gr.Markdown(HOW_IT_WORKS)
         with gr.Tabs():
             with gr.Tab("Compare", id="compare"):
-                _compare_tab(store)
+                _compare_tab(store, choices)
             with gr.Tab("Live", id="live", elem_id="live-tab"):
-                _live_tab(store)
+                _live_tab(store, choices)
     return demo
 
 
@@ -343,14 +359,16 @@ def make_store(args: argparse.Namespace) -> tuple[web.ModelStore, str | None]:
     """The model store from the server's flags, its default pair loaded and warmed up (or why not)."""
     if args.demo_models:
         store = web.demo_store(args.device)
+    elif args.target or args.draft:
+        target, draft = default_pair(args.device)
+        store = web.ModelStore(web.pairs_for(args.target or target, args.draft or [draft]), args.device)
     else:
-        drafts = {name: name for name in args.draft} if args.draft else web.DEFAULT_DRAFTS
-        store = web.ModelStore(args.target, drafts, args.device)
+        store = web.ModelStore(web.pairs_by_device(args.device), args.device)
     store.warm_up = not ON_ZERO_GPU
     store.max_seconds = args.max_seconds
-    try:  # on ZeroGPU every draft loads now: the GPU worker is forked per call and keeps nothing
-        for draft in store.drafts if ON_ZERO_GPU else [store.default_draft]:
-            store.whisper(draft)
+    try:  # on ZeroGPU every pair loads now: the GPU worker is forked per call and keeps nothing
+        for label in store.pairs if ON_ZERO_GPU else [store.default_pair]:
+            store.whisper(label)
     except web.UserError as error:
         return store, str(error)
     return store, None
@@ -364,8 +382,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("SPECDEC_DEMO_MODELS", "").lower() not in ("", "0", "false", "no"),
         help="random-weight demo models, built offline (or set SPECDEC_DEMO_MODELS=1)",
     )
-    parser.add_argument("--target", default=web.DEFAULT_TARGET, help="target: hub id or local folder")
-    parser.add_argument("--draft", action="append", help="allowed draft (repeat); replaces the default list")
+    parser.add_argument(
+        "--target", help="target: hub id, short name or folder (with --draft: replaces the default pairs)"
+    )
+    parser.add_argument("--draft", action="append", help="allowed draft for --target (repeat)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.add_argument(
         "--max-seconds",
@@ -383,6 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    show_log()  # which weights load from where
     store, load_error = make_store(args)
     if load_error:
         print(load_error)

@@ -1,5 +1,6 @@
-"""Command line: `python -m specdec demo-models OUT_DIR`, `python -m specdec transcribe AUDIO...`,
-`python -m specdec stream AUDIO` (a file played as a live stream) and `python -m specdec bench [--stream]`.
+"""Command line: `python -m specdec transcribe AUDIO...`, `python -m specdec stream AUDIO` (a file played as a
+live stream), `python -m specdec import-ct2 SRC OUT` (a faster-whisper folder as a transformers one),
+`python -m specdec demo-models OUT_DIR` and `python -m specdec bench [--stream|--batch|--long]`.
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
 """
@@ -16,6 +17,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -34,6 +36,7 @@ EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    show_log()
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -41,6 +44,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PairError, ValueError, OSError) as error:
         print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_SETUP
+
+
+def show_log() -> None:
+    """specdec's own log lines (which weights were loaded from where) on stderr, once."""
+    logger = logging.getLogger("specdec")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("specdec: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,10 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.set_defaults(command=_demo_models)
 
+    convert = commands.add_parser(
+        "import-ct2", help="convert a CTranslate2 (faster-whisper) Whisper folder into a transformers folder"
+    )
+    convert.add_argument("src", help="folder with model.bin, config.json and tokenizer.json")
+    convert.add_argument("out", help="folder to write (loadable with from_pretrained)")
+    convert.set_defaults(command=_import_ct2)
+
     transcribe = commands.add_parser("transcribe", help="transcribe audio files with speculative decoding")
     transcribe.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3; any sample rate)")
-    transcribe.add_argument("--target", default="large-v3", help="hub id, short name or local folder")
-    transcribe.add_argument("--draft", default="tiny", help="hub id, short name or local folder")
+    _model_arguments(transcribe)
     transcribe.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     transcribe.add_argument("--task", choices=TASKS, default="transcribe")
     transcribe.add_argument("--timestamps", action="store_true", help="predict timestamp tokens")
@@ -91,8 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     stream.add_argument("audio", help="audio file (wav, flac, ogg, mp3; any sample rate, any length)")
     stream.add_argument("--chunk", type=float, default=1.0, help="seconds of audio per update (default 1.0)")
     stream.add_argument("--realtime", action="store_true", help="feed chunks at the pace of the audio")
-    stream.add_argument("--target", default="large-v3", help="hub id, short name or local folder")
-    stream.add_argument("--draft", default="tiny", help="hub id, short name or local folder")
+    _model_arguments(stream)
     stream.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     stream.add_argument(
         "--no-reuse", action="store_true", help="draft with the draft model only, not the last hypothesis"
@@ -147,6 +166,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(command=_bench)
     return parser
+
+
+def _model_arguments(command: argparse.ArgumentParser) -> None:
+    help_text = "hub id, short name, local or CTranslate2 (faster-whisper) folder"
+    defaults = "default by device: base + tiny.en on a CPU (bundled), large-v3 + tiny on a GPU"
+    command.add_argument("--target", default="auto", help=f"{help_text}; {defaults}")
+    command.add_argument("--draft", default="auto", help=help_text)
+
+
+def _import_ct2(args: argparse.Namespace) -> int:
+    from specdec.ct2_import import import_ct2  # heavy; only this command needs it
+
+    print(import_ct2(args.src, args.out))
+    return 0
 
 
 def _demo_models(args: argparse.Namespace) -> int:

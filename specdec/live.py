@@ -142,9 +142,7 @@ class Listener:
         return self.resampler.resample_chunk(mono)
 
 
-def open_listener(
-    store: ModelStore, draft: str, language: str, chunk_seconds: float, reuse: bool
-) -> Listener:
+def open_listener(store: ModelStore, pair: str, language: str, chunk_seconds: float, reuse: bool) -> Listener:
     """A new listener for one recording with the UI's settings ("auto": language detected once)."""
     if not 0.2 <= float(chunk_seconds) <= 5:
         raise UserError("Chunk length must be between 0.2 and 5 seconds.")
@@ -155,7 +153,7 @@ def open_listener(
     options = StreamOptions(
         chunk_seconds=float(chunk_seconds), language=language, reuse_hypothesis=bool(reuse)
     )
-    return Listener(StreamSession(store.whisper(draft), options))
+    return Listener(StreamSession(store.whisper(pair), options))
 
 
 def hear(listener: Listener, audio) -> bool:

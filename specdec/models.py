@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import enum
+import functools
+import logging
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 
+from specdec.bundled import BundleError, bundled_folder, find_bundle, imported_folder, is_installed
+from specdec.ct2_import import CheckpointError, is_ct2_folder
 from specdec.vocabulary import VocabularyError, VocabularyMap
+
+logger = logging.getLogger("specdec")
+HUB_PROBE_SECONDS = 3.0  # how long to wait for the hub before using a bundled copy
 
 HUB_ALIASES = {
     "tiny": "openai/whisper-tiny",
@@ -28,6 +37,12 @@ HUB_ALIASES = {
 }
 
 
+AUTO = "auto"  # a model name chosen by device (`default_pair`)
+# On a CPU the bundled real pair (large-v3 takes over 30 s per 30 s window there); on a GPU large-v3.
+CPU_DEFAULT_PAIR = ("base", "tiny.en")  # (target, draft)
+GPU_DEFAULT_PAIR = ("large-v3", "tiny")
+
+
 class PairError(ValueError):
     """The target and draft cannot be used together; the message names the problem."""
 
@@ -44,9 +59,10 @@ class DraftKind(str, enum.Enum):
 class LoadedModel:
     """A Whisper model with its processor (feature extractor + tokenizer)."""
 
-    name: str
+    name: str  # hub id or folder, as resolved from what was asked for
     model: WhisperForConditionalGeneration
     processor: WhisperProcessor
+    source: str = ""  # where the weights came from, for people (hub, folder, bundled package)
 
     @property
     def num_parameters(self) -> int:
@@ -62,12 +78,89 @@ class ModelPair:
     kind: DraftKind | None
     vocabulary: VocabularyMap | None
 
+    @property
+    def english_only_draft(self) -> bool:
+        """An English-only draft (tiny.en, ...) for a multilingual target."""
+        return is_multilingual(self.target) and self.draft is not None and not is_multilingual(self.draft)
+
+    def draft_fits(self, language: str | None, task: str) -> bool:
+        """False when an English-only draft meets another language or a translation: its proposals are then
+        mostly rejected (adaptive drafting pauses it; the output is the target's all the same)."""
+        return not self.english_only_draft or (language in ("en", None) and task == "transcribe")
+
+
+def is_multilingual(model: LoadedModel) -> bool:
+    return bool(getattr(model.model.generation_config, "is_multilingual", False))
+
 
 def resolve_model_name(name: str) -> str:
     """A local folder stays as it is; short names map to hub ids; anything else is a hub id."""
     if Path(name).expanduser().is_dir():
         return str(Path(name).expanduser())
     return HUB_ALIASES.get(name, name)
+
+
+def locate_model(name: str) -> tuple[str, str]:
+    """(what from_pretrained loads, where it comes from in words) for a hub id, short name or folder.
+
+    A CTranslate2 / faster-whisper folder is converted once into the cache. A model that ships in a
+    package (`bundled.BUNDLES`: base, tiny.en) comes from the hub when the hub has it (its cache, or the
+    network), else from the installed package, and the log says so."""
+    resolved = resolve_model_name(name)
+    if Path(resolved).is_dir():
+        if is_ct2_folder(resolved):
+            return str(imported_folder(resolved)), f"CTranslate2 folder {resolved}, converted"
+        return resolved, f"folder {resolved}"
+    bundle = find_bundle(resolved)
+    if bundle is None or hub_has(resolved):
+        return resolved, f"hub {resolved}"
+    folder = bundled_folder(bundle)
+    source = f"bundled in {' + '.join(bundle.requirements)}"
+    logger.warning(
+        "%s is not available from the hub here; using the %s %s", resolved, bundle.description, source
+    )
+    return str(folder), source
+
+
+def hub_has(hub_id: str) -> bool:
+    """The hub's weights can be had: already in its local cache, or the hub answers (quickly)."""
+    import huggingface_hub
+
+    for filename in ("model.safetensors", "pytorch_model.bin"):
+        if isinstance(huggingface_hub.try_to_load_from_cache(hub_id, filename), str):
+            return True
+    return not huggingface_hub.constants.HF_HUB_OFFLINE and hub_reachable()
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """The hub's host accepts a connection within HUB_PROBE_SECONDS (asked once per process)."""
+    import huggingface_hub
+
+    host = urlparse(huggingface_hub.constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=HUB_PROBE_SECONDS).close()
+    except OSError:
+        return False
+    return True
+
+
+def unavailable(name: str) -> str | None:
+    """Why a model's weights cannot be had here (without loading anything), or None when they can."""
+    resolved = resolve_model_name(name)
+    if Path(resolved).is_dir() or hub_has(resolved):
+        return None
+    bundle = find_bundle(resolved)
+    if bundle is not None and is_installed(bundle):
+        return None
+    if resolved.startswith((".", "/", "~")):
+        return f"no model folder at {name}"
+    return f"{resolved} is not downloaded and the hub is unreachable"
+
+
+def default_pair(device: str = "auto") -> tuple[str, str]:
+    """(target, draft) by device: whisper-base with whisper-tiny.en on a CPU, large-v3 with tiny on a GPU."""
+    return GPU_DEFAULT_PAIR if pick_device(device).type == "cuda" else CPU_DEFAULT_PAIR
 
 
 def pick_device(device: str) -> torch.device:
@@ -78,10 +171,13 @@ def pick_device(device: str) -> torch.device:
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """Load a Whisper checkpoint (hub id or local folder) with `from_pretrained`; never remote code."""
-    resolved = resolve_model_name(name)
-    if resolved.startswith((".", "/", "~")) and not Path(resolved).expanduser().is_dir():
+    """Load a Whisper checkpoint (hub id, short name, folder) with `from_pretrained`; never remote code."""
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
         raise PairError(f"no model folder at {name}")
+    try:
+        resolved, source = locate_model(name)
+    except (BundleError, CheckpointError) as error:
+        raise PairError(f"could not load {name!r}: {error}") from error
     try:
         config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
     except (OSError, ValueError) as error:
@@ -93,13 +189,16 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedMod
         raise PairError(f"{name} is not a Whisper model (model_type={config.model_type!r})")
     model = WhisperForConditionalGeneration.from_pretrained(resolved, dtype=dtype).to(device).eval()
     processor = WhisperProcessor.from_pretrained(resolved)
-    return LoadedModel(name=resolved, model=model, processor=processor)
+    return LoadedModel(name=resolve_model_name(name), model=model, processor=processor, source=source)
 
 
 def load_pair(
     target: str, draft: str | None, device: str = "auto", dtype: torch.dtype | None = None
 ) -> ModelPair:
-    """Load and validate a pair; with draft None, a target-only pair."""
+    """Load and validate a pair; with draft None, a target-only pair; "auto" names by `default_pair`."""
+    default_target, default_draft = default_pair(device)
+    target = default_target if target == AUTO else target
+    draft = default_draft if draft == AUTO else draft
     torch_device = pick_device(device)
     dtype = dtype or (torch.float16 if torch_device.type == "cuda" else torch.float32)
     target_model = load_model(target, torch_device, dtype)
@@ -125,12 +224,15 @@ def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:
 
 
 def _vocabulary_map(target: LoadedModel, draft: LoadedModel) -> VocabularyMap:
+    draft_bpe = draft.processor.tokenizer.backend_tokenizer.model
     try:
         return VocabularyMap(
             target.processor.tokenizer.get_vocab(),
             draft.processor.tokenizer.get_vocab(),
             target.model.config.vocab_size,
             draft.model.config.vocab_size,
+            spell=lambda token: [piece.id for piece in draft_bpe.tokenize(token)],
+            draft_multilingual=bool(getattr(draft.model.generation_config, "is_multilingual", False)),
         )
     except VocabularyError as error:
         raise PairError(f"{draft.name} cannot draft for {target.name}: {error}") from error

@@ -60,12 +60,14 @@ class SpeculativeWhisper:
 
     def __init__(
         self,
-        draft_model: str | None = "tiny",
-        final_model: str = "large-v3",
+        draft_model: str | None = "auto",
+        final_model: str = "auto",
         device: str = "auto",
         dtype: torch.dtype | None = None,
     ) -> None:
-        """Load both models (hub ids, short names such as 'tiny', or local folders) and validate the pair."""
+        """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
+        the pair. "auto": whisper-base with whisper-tiny.en on a CPU (real weights shipped in packages),
+        large-v3 with tiny on a GPU. draft_model=None decodes with the target alone."""
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
 
     @classmethod

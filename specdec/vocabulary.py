@@ -1,25 +1,44 @@
-"""Translation of token ids between a draft's and the target's vocabularies.
+"""Translation of token ids between a draft's and the target's vocabularies, by token string.
 
-Whisper v2-style vocabularies (tiny ... large-v2: 51865 ids, 99 languages) and large-v3's (51866 ids,
-100 languages: `<|yue|>` added) share every text token, `<|endoftext|>`, `<|startoftranscript|>` and the
-first 99 language tokens; every special token after the language block (`<|translate|>`,
-`<|transcribe|>`, `<|notimestamps|>`, all timestamps, ...) sits one id higher in v3. We match tokens by
-their string, so any pair of Whisper vocabularies is handled, not only this shift.
+Whisper's vocabularies differ in three ways, all handled here:
+- v2-style multilingual (tiny ... large-v2: 51865 ids) and large-v3's (51866: `<|yue|>` added) share every
+  text token, `<|endoftext|>`, `<|startoftranscript|>` and the first 99 languages; every special token
+  after the language block sits one id higher in v3;
+- English-only models (tiny.en ... medium.en) use GPT-2's byte-level BPE: 50256 text tokens whose ids
+  differ from the multilingual ones (about 29k strings are common to both), `<|endoftext|>` at 50256 and
+  every special one id lower than in v2;
+- an English-only model's own prompt has no language or task token (`<|startoftranscript|>` then
+  `<|notimestamps|>` unless timestamps are on): `prompt_to_draft` gives the draft its own prompt.
+
+Target -> draft (the draft's context): a token with the same string in the draft's vocabulary maps to it;
+a text token the draft lacks is spelled out in draft tokens (its byte-level string re-tokenised with the
+draft's BPE), so the draft always reads the whole text. Draft -> target (proposals): a draft token with no
+target counterpart is never proposed (`logits_to_target` gives it no mass; the draft's distribution over
+the rest is renormalised, so speculative sampling stays exact).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 # A language the draft lacks is replaced in the draft's prompt by its closest relative. The draft only
 # proposes, so this costs acceptance at worst, never correctness.
 LANGUAGE_FALLBACK = {"yue": "zh"}
 # The same special token under another name: v2 tokenizers say <|nocaptions|>, large-v3's <|nospeech|>.
 TOKEN_ALIASES = {"<|nocaptions|>": "<|nospeech|>", "<|nospeech|>": "<|nocaptions|>"}
+END_OF_TEXT = "<|endoftext|>"
+LANGUAGE_TOKENS = frozenset(f"<|{code}|>" for code in LANGUAGES)
+TASK_TOKENS = frozenset(("<|transcribe|>", "<|translate|>"))
+NUM_BYTE_SYMBOLS = 256  # a byte-level BPE vocabulary has one single-character token per byte
+
+Spell = Callable[[str], list[int]]  # a byte-level token string -> draft ids (the draft's BPE on it)
 
 
 class VocabularyError(ValueError):
-    """The two models cannot share text tokens."""
+    """The two models cannot share text."""
 
 
 class VocabularyMap:
@@ -31,47 +50,54 @@ class VocabularyMap:
         draft_vocab: dict[str, int],
         target_size: int,
         draft_size: int,
-        eos_token: str = "<|endoftext|>",
+        spell: Spell | None = None,
+        draft_multilingual: bool = True,
     ) -> None:
-        self._check_text_tokens(target_vocab, draft_vocab, eos_token)
+        """spell: the draft's BPE, for target text tokens it lacks; draft_multilingual: False for an
+        English-only draft (its prompt then has no language or task token)."""
+        for name, vocab in (("target", target_vocab), ("draft", draft_vocab)):
+            if END_OF_TEXT not in vocab:
+                raise VocabularyError(f"the {name} tokenizer has no {END_OF_TEXT}: not a Whisper tokenizer")
         draft_to_target = torch.full((draft_size,), -1, dtype=torch.long)
         for token, draft_id in draft_vocab.items():
             target_id = target_vocab.get(token, target_vocab.get(TOKEN_ALIASES.get(token, ""), -1))
             if draft_id < draft_size and 0 <= target_id < target_size:
                 draft_to_target[draft_id] = target_id
         self.draft_to_target = draft_to_target  # (draft_size,), -1 where the target has no such token
-        self.target_to_draft = torch.full((target_size,), -1, dtype=torch.long)
+        self.target_to_draft = torch.full((target_size,), -1, dtype=torch.long)  # -1: none of that string
         known = draft_to_target >= 0
         self.target_to_draft[draft_to_target[known]] = torch.arange(draft_size)[known]
         self.target_vocab = target_vocab
         self.draft_vocab = draft_vocab
-        self.draft_eos_id = draft_vocab[eos_token]
+        self.target_tokens = {i: token for token, i in target_vocab.items()}
+        self.draft_eos_id = draft_vocab[END_OF_TEXT]
+        self.num_target_text = target_vocab[END_OF_TEXT]  # text tokens are the ids below <|endoftext|>
         self.target_size = target_size
+        self.draft_multilingual = draft_multilingual
         self.is_identity = draft_size == target_size and bool(
             (draft_to_target == torch.arange(draft_size)).all()
         )
+        self._single = self.target_to_draft.tolist()
+        self._spell = spell
+        self._spellings: dict[int, tuple[int, ...]] = {}
         self._known_draft_ids = known.nonzero().squeeze(-1)
         self._known_target_ids = draft_to_target[known]
+        self._check_spelling()
 
-    @staticmethod
-    def _check_text_tokens(target_vocab: dict[str, int], draft_vocab: dict[str, int], eos_token: str) -> None:
-        """Text tokens (ids below `<|endoftext|>`) must be the same strings at the same ids."""
-        if eos_token not in target_vocab or eos_token not in draft_vocab:
-            raise VocabularyError(f"both tokenizers must define {eos_token}; is this a Whisper tokenizer?")
-        if target_vocab[eos_token] != draft_vocab[eos_token]:
+    def _check_spelling(self) -> None:
+        """Text tokens the draft lacks need the draft's BPE, and a byte-level one (every byte a token)."""
+        lacking = int((self.target_to_draft[: self.num_target_text] < 0).sum())
+        if not lacking:
+            return
+        if self._spell is None:
             raise VocabularyError(
-                f"incompatible text vocabularies: {eos_token} is id {target_vocab[eos_token]} in the target "
-                f"but {draft_vocab[eos_token]} in the draft"
+                f"{lacking} target text tokens have no draft token and no way to be spelled"
             )
-        num_text = target_vocab[eos_token]
-        target_text = {i: t for t, i in target_vocab.items() if i < num_text}
-        draft_text = {i: t for t, i in draft_vocab.items() if i < num_text}
-        differing = [i for i in range(num_text) if target_text.get(i) != draft_text.get(i)]
-        if differing:
+        single_characters = sum(len(token) == 1 for token in self.draft_vocab)
+        if single_characters < NUM_BYTE_SYMBOLS:
             raise VocabularyError(
-                f"incompatible text vocabularies: {len(differing)} of {num_text} text tokens differ "
-                f"(first at id {differing[0]}: target {target_text.get(differing[0])!r}, "
-                f"draft {draft_text.get(differing[0])!r}); speculative decoding needs the same tokenizer"
+                f"{lacking} target text tokens have no draft token, and the draft's tokenizer is not "
+                f"byte-level BPE (it has {single_characters} single-character tokens, not {NUM_BYTE_SYMBOLS})"
             )
 
     def to_target(self, draft_ids: list[int]) -> list[int]:
@@ -79,19 +105,39 @@ class VocabularyMap:
         return self.draft_to_target[draft_ids].tolist() if not self.is_identity else list(draft_ids)
 
     def to_draft(self, target_ids: list[int]) -> list[int]:
-        """Target ids -> draft ids; a token the draft lacks becomes its end-of-text (it only conditions)."""
+        """Target ids -> draft ids: the same token where the draft has it, else the token spelled out in
+        draft tokens (a special token the draft lacks is left out: it only conditions the draft)."""
         if self.is_identity:
             return list(target_ids)
-        draft_ids = self.target_to_draft[target_ids].tolist()
-        return [i if i >= 0 else self.draft_eos_id for i in draft_ids]
+        draft_ids: list[int] = []
+        for target_id in target_ids:
+            single = self._single[target_id]
+            if single >= 0:
+                draft_ids.append(single)
+            else:
+                draft_ids.extend(self.spelling(target_id))
+        return draft_ids
+
+    def spelling(self, target_id: int) -> tuple[int, ...]:
+        """The draft tokens that spell a target text token the draft lacks (memoised); () for a special."""
+        if target_id not in self._spellings:
+            is_text = target_id < self.num_target_text and self._spell is not None
+            token = self.target_tokens.get(target_id, "")
+            self._spellings[target_id] = tuple(self._spell(token)) if is_text else ()
+        return self._spellings[target_id]
 
     def prompt_to_draft(self, target_prompt: list[int]) -> list[int]:
-        """The forced decoder prompt in draft ids, with a missing language replaced by its fallback."""
-        prompt_ids = set(target_prompt)
-        target_tokens = {i: t for t, i in self.target_vocab.items() if i in prompt_ids}
-        draft_prompt = []
+        """The target's forced prompt as the draft's own prompt: the same tokens in draft ids, without the
+        language and task tokens for an English-only draft, a language the draft lacks replaced by its
+        fallback, and previous text (after `<|startofprev|>`) mapped like generated text."""
+        draft_prompt: list[int] = []
         for target_id in target_prompt:
-            token = target_tokens[target_id]
+            token = self.target_tokens[target_id]
+            if target_id < self.num_target_text:
+                draft_prompt += self.to_draft([target_id])
+                continue
+            if token in LANGUAGE_TOKENS | TASK_TOKENS and not self.draft_multilingual:
+                continue
             token = token if token in self.draft_vocab else TOKEN_ALIASES.get(token, token)
             if token not in self.draft_vocab:
                 language = token.strip("<|>")

@@ -7,6 +7,7 @@ own flags. Models load once and are reused; every newly loaded pair is warmed up
 from __future__ import annotations
 
 import dataclasses
+import html
 import itertools
 import os
 import threading
@@ -25,23 +26,32 @@ from specdec import compare as comparing
 from specdec import highlight, longform, plots, wer
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio
 from specdec.decoding import language_token_id, timestamp_begin
-from specdec.models import LoadedModel, PairError, load_model, make_pair, pick_device
+from specdec.models import (
+    LoadedModel,
+    PairError,
+    default_pair,
+    load_model,
+    make_pair,
+    pick_device,
+    unavailable,
+)
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.transcriber import SpeculativeWhisper
 
-DEFAULT_TARGET = "openai/whisper-large-v3"
-DEFAULT_DRAFTS = {
-    "whisper-tiny (39M, any language)": "openai/whisper-tiny",
-    "distil-large-v3 (756M, English, shares the encoder)": "distil-whisper/distil-large-v3",
-    "whisper-large-v3-turbo (809M, 4 decoder layers)": "openai/whisper-large-v3-turbo",
+# the pairs the app offers (label -> (target, draft)); the first for the device is the default
+DEFAULT_PAIRS = {
+    "whisper-base ← whisper-tiny.en (74M ← 39M, bundled)": ("base", "tiny.en"),
+    "whisper-large-v3 ← whisper-tiny (1550M ← 39M)": ("large-v3", "tiny"),
+    "whisper-large-v3 ← distil-large-v3 (shares the encoder)": ("large-v3", "distil-large-v3"),
+    "whisper-large-v3 ← whisper-large-v3-turbo (4 decoder layers)": ("large-v3", "large-v3-turbo"),
 }
-DEMO_DRAFTS = {
-    "demo draft, separate encoder and vocabulary (like whisper-tiny)": "draft-separate",
-    "demo draft, shared encoder (like distil-large-v3)": "draft-shared",
+DEMO_PAIRS = {
+    "demo target ← demo draft, separate encoder and vocabulary (like whisper-tiny)": "draft-separate",
+    "demo target ← demo draft, shared encoder (like distil-large-v3)": "draft-shared",
 }
 DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
-OFFLINE_HINT = "Without network access, start the offline demo instead: python app.py --demo-models"
+OFFLINE_HINT = "The bundled pair (whisper-base ← whisper-tiny.en) runs with no network access."
 MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
@@ -56,54 +66,76 @@ class UserError(ValueError):
 
 @dataclass
 class ModelStore:
-    """The allowed target and drafts, loaded on first use and kept; one lock for the model work."""
+    """The allowed target/draft pairs, loaded on first use and kept; one lock for the model work.
 
-    target_name: str
-    drafts: dict[str, str]  # label shown in the UI -> hub id or local folder
+    Models are shared between pairs (one whisper-large-v3 for all its drafts)."""
+
+    pairs: dict[str, tuple[str, str]]  # label shown in the UI -> (target, draft): hub ids, names or folders
     device: str = "auto"
     warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
     max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
-    _target: LoadedModel | None = None
+    _models: dict[str, LoadedModel] = field(default_factory=dict)
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _runs: itertools.count = field(default_factory=itertools.count)
 
     @property
-    def default_draft(self) -> str:
-        return next(iter(self.drafts))
+    def default_pair(self) -> str:
+        return next(iter(self.pairs))
 
-    def whisper(self, draft_label: str) -> SpeculativeWhisper:
-        """The pair for one allowed draft, loaded and warmed up on first use."""
-        if draft_label not in self.drafts:
-            raise UserError(f"Unknown draft model {draft_label!r}; choose one from the list.")
+    def whisper(self, label: str) -> SpeculativeWhisper:
+        """The pair for one allowed label, loaded and warmed up on first use."""
+        if label not in self.pairs:
+            raise UserError(f"Unknown model pair {label!r}; choose one from the list.")
         with self._lock:
-            if draft_label not in self._whispers:
-                self._whispers[draft_label] = self._load(self.drafts[draft_label])
-            return self._whispers[draft_label]
+            if label not in self._whispers:
+                self._whispers[label] = self._load(*self.pairs[label])
+            return self._whispers[label]
 
-    @property
-    def loaded_target(self) -> LoadedModel | None:
-        return self._target
+    def loaded(self, label: str) -> SpeculativeWhisper | None:
+        return self._whispers.get(label)
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(shown, value) for a dropdown: a pair whose weights cannot be had here says so in its name."""
+        shown = []
+        for label, names in self.pairs.items():
+            reasons = [reason for name in names if (reason := unavailable(name))]
+            shown.append((f"{label} · unavailable: {reasons[0]}" if reasons else label, label))
+        return shown
 
     def next_baseline_first(self) -> bool:
         """Alternate which run goes first, one comparison to the next."""
         return next(self._runs) % 2 == 0
 
-    def _load(self, draft_name: str) -> SpeculativeWhisper:
+    def _load(self, target_name: str, draft_name: str) -> SpeculativeWhisper:
         device = pick_device(self.device)
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         try:
-            if self._target is None:
-                self._target = load_model(self.target_name, device, dtype)
-            whisper = SpeculativeWhisper.from_pair(
-                make_pair(self._target, load_model(draft_name, device, dtype))
-            )
+            models = [self._model(name, device, dtype) for name in (target_name, draft_name)]
+            whisper = SpeculativeWhisper.from_pair(make_pair(*models))
         except PairError as error:
-            message = f"Could not load the models {self.target_name} and {draft_name}. {OFFLINE_HINT}"
+            message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
             raise UserError(f"{message} (Details: {error})") from error
         if self.warm_up:
             comparing.warm_up(whisper)
         return whisper
+
+    def _model(self, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+        if name not in self._models:
+            self._models[name] = load_model(name, device, dtype)
+        return self._models[name]
+
+
+def pairs_by_device(device: str = "auto") -> dict[str, tuple[str, str]]:
+    """DEFAULT_PAIRS with the device's default first: the bundled real pair on a CPU, large-v3's on a GPU."""
+    default = default_pair(device)
+    first = [label for label, pair in DEFAULT_PAIRS.items() if pair == default]
+    return {label: DEFAULT_PAIRS[label] for label in first + [p for p in DEFAULT_PAIRS if p not in first]}
+
+
+def pairs_for(target: str, drafts: list[str]) -> dict[str, tuple[str, str]]:
+    """One pair per draft for the same target, labelled by name."""
+    return {f"{target} ← {draft}": (target, draft) for draft in drafts}
 
 
 def demo_store(device: str = "auto") -> ModelStore:
@@ -112,8 +144,12 @@ def demo_store(device: str = "auto") -> ModelStore:
         from specdec.demo_models import build_demo_models
 
         build_demo_models(DEMO_CACHE)
-    drafts = {label: str(DEMO_CACHE / folder) for label, folder in DEMO_DRAFTS.items()}
-    return ModelStore(str(DEMO_CACHE / "target"), drafts, device)
+    return ModelStore(demo_pairs(DEMO_CACHE), device)
+
+
+def demo_pairs(folder: Path) -> dict[str, tuple[str, str]]:
+    """The demo pairs of demo checkpoints written under `folder` (`demo_models.build_demo_models`)."""
+    return {label: (str(folder / "target"), str(folder / draft)) for label, draft in DEMO_PAIRS.items()}
 
 
 @dataclass(frozen=True)
@@ -121,7 +157,7 @@ class CompareRequest:
     """What the Compare view asks for, as the UI's widgets give it."""
 
     audio: str | None
-    draft: str
+    pair: str  # a label of the store's pairs
     language: str = "auto"
     task: str = "transcribe"
     timestamps: bool = False
@@ -191,6 +227,7 @@ class CompareView:
     wer_html: str
     comparison: comparing.Comparison
     spans: list[highlight.TokenSpan]
+    note: str = ""  # about the draft, e.g. an English-only draft on other speech
 
 
 def compare_clip(store: ModelStore, request: CompareRequest, progress: Report | None = None) -> CompareView:
@@ -236,7 +273,7 @@ def _prepare(
     options = request.options()
     request.check_long_form()
     report(0.05, desc="Loading models")
-    whisper = store.whisper(request.draft)
+    whisper = store.whisper(request.pair)
     report(0.15, desc="Reading audio")
     return whisper, options, _read_audio(request.audio, store.max_seconds)
 
@@ -260,10 +297,11 @@ def build_view(
     """The Compare view's outputs from a finished comparison (of audio_seconds of audio)."""
     spans = _token_spans(whisper, comparison.speculative.result)
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
+    note = draft_note(whisper, speculative.language, comparison.options.task)
     return CompareView(
         baseline_text=comparison.baseline.text,
         speculative_text=comparison.speculative.text,
-        verdict_html=verdict_html(comparison),
+        verdict_html=verdict_html(comparison, note),
         tokens_html=highlight.spans_html(spans),
         metrics=comparing.metrics_rows(comparison),
         timeline=plots.timeline_figure(baseline, speculative),
@@ -273,11 +311,13 @@ def build_view(
         wer_html=wer_html(reference, comparison),
         comparison=comparison,
         spans=spans,
+        note=note,
     )
 
 
-def verdict_html(comparison: comparing.Comparison) -> str:
-    """A green badge for identical outputs (or expected sampling differences), a loud red one otherwise."""
+def verdict_html(comparison: comparing.Comparison, note: str = "") -> str:
+    """A green badge for identical outputs (or expected sampling differences), a loud red one otherwise;
+    note: a line about the draft (e.g. an English-only draft on other speech)."""
     message, good = comparing.verdict(comparison)
     icon, colour, border = ("✅", "#166534", "#22c55e") if good else ("🚨", "#991b1b", "#ef4444")
     if good and not comparison.identical:
@@ -287,9 +327,10 @@ def verdict_html(comparison: comparing.Comparison) -> str:
         if comparison.speculative.result.acceptance_rate is None
         else f"{comparison.speculative.result.acceptance_rate:.0%}"
     )
+    note = f'<br><small class="specdec-note">ℹ️ {html.escape(note)}</small>' if note else ""
     return (
         f'<div class="specdec-verdict" style="border:2px solid {border};color:{colour};border-radius:8px;'
-        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small></div>'
+        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small>{note}</div>'
     )
 
 
@@ -346,6 +387,7 @@ def transcribe_clip(
     spans = _token_spans(whisper, transcription.result)
     stats = {
         "language": transcription.language,
+        "note": draft_note(whisper, transcription.language, options.task),
         "speculative": transcription.result.stats(),
         "windows": _windows(transcription.result),
     }
@@ -363,6 +405,7 @@ def details(view: CompareView) -> dict:
     return {
         "identical": comparison.identical,
         "language": comparison.speculative.result.language,
+        "note": view.note,
         "baseline_first": comparison.baseline_first,
         "decode_speedup": comparison.decode_speedup,
         "baseline": comparison.baseline.result.stats(),
@@ -373,12 +416,29 @@ def details(view: CompareView) -> dict:
 
 
 def store_summary(store: ModelStore) -> str:
-    """One line on the loaded target: name, size, device and precision."""
-    target = store.loaded_target
-    if target is None:
-        return f"Target: {store.target_name} (not loaded yet)"
+    """The default pair's models: names, sizes, where the weights came from, device and precision."""
+    whisper = store.loaded(store.default_pair)
+    if whisper is None:
+        return f"Models: {store.default_pair} (not loaded yet)"
+    target, draft = whisper.pair.target, whisper.pair.draft
     parameter = next(target.model.parameters())
     return (
-        f"Target: {target.name} ({target.num_parameters / 1e6:.0f}M parameters) on "
-        f"{parameter.device}, {str(parameter.dtype).removeprefix('torch.')}"
+        f"Target {model_summary(target)} ← draft {model_summary(draft)}; on {parameter.device}, "
+        f"{str(parameter.dtype).removeprefix('torch.')}."
+    )
+
+
+def model_summary(model: LoadedModel) -> str:
+    """'openai/whisper-base (73M parameters, bundled in ...)'."""
+    return f"{model.name} ({model.num_parameters / 1e6:.0f}M parameters, {model.source or 'loaded'})"
+
+
+def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> str:
+    """A line for the page when an English-only draft meets another language or a translation, else ''."""
+    if whisper.pair.draft_fits(language, task):
+        return ""
+    what = "translating" if task == "translate" else f"on {language or 'non-English'} audio"
+    return (
+        f"{whisper.pair.draft.name} drafts English only: {what} its drafts are mostly rejected, and adaptive "
+        "drafting pauses it. The output is still the target's own."
     )

@@ -91,9 +91,8 @@ def app_url(demo_models) -> str:
     import app
     from specdec import web
 
-    drafts = {label: str(demo_models[folder]) for label, folder in web.DEMO_DRAFTS.items()}
-    store = web.ModelStore(str(demo_models["target"]), drafts, device="cpu")
-    store.whisper(store.default_draft)
+    store = web.ModelStore(web.demo_pairs(demo_models["target"].parent), device="cpu")
+    store.whisper(store.default_pair)
     demo = app.build_demo(store, app.banner_html(store, demo_mode=True, load_error=None))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -23,8 +23,12 @@ SEPARATE = "separate"
 
 @pytest.fixture(scope="module")
 def store(demo_models) -> web.ModelStore:
-    drafts = {SEPARATE: str(demo_models["draft-separate"]), SHARED: str(demo_models["draft-shared"])}
-    return web.ModelStore(str(demo_models["target"]), drafts, device="cpu")
+    target = str(demo_models["target"])
+    pairs = {
+        SEPARATE: (target, str(demo_models["draft-separate"])),
+        SHARED: (target, str(demo_models["draft-shared"])),
+    }
+    return web.ModelStore(pairs, device="cpu")
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["text", "timestamps"])
@@ -155,20 +159,20 @@ def test_bad_audio_is_a_clear_error_and_the_next_request_works(store, tmp_path, 
     "request_fields, message",
     [
         ({"audio": None}, "Record or upload"),
-        ({"draft": "openai/whisper-medium"}, "Unknown draft model"),
+        ({"pair": "openai/whisper-medium"}, "Unknown model pair"),
         ({"temperature": -1.0}, "temperature"),
     ],
 )
 def test_bad_requests_are_clear_errors(store, request_fields, message):
-    fields = {"audio": CLIP, "draft": SEPARATE, "language": "en", **request_fields}
+    fields = {"audio": CLIP, "pair": SEPARATE, "language": "en", **request_fields}
     with pytest.raises(web.UserError, match=message):
         web.compare_clip(store, web.CompareRequest(**fields))
 
 
-def test_a_model_that_cannot_load_says_how_to_start_the_demo(tmp_path):
-    store = web.ModelStore(str(tmp_path / "no-such-model"), {"draft": str(tmp_path / "nor-this")}, "cpu")
-    with pytest.raises(web.UserError, match="--demo-models"):
-        store.whisper("draft")
+def test_a_model_that_cannot_load_says_which_pair_runs_offline(tmp_path):
+    store = web.ModelStore({"pair": (str(tmp_path / "no-such-model"), str(tmp_path / "nor-this"))}, "cpu")
+    with pytest.raises(web.UserError, match="bundled pair"):
+        store.whisper("pair")
 
 
 def test_silence_is_decoded_without_error(store, tmp_path):

@@ -22,8 +22,7 @@ SHARED = "shared"
 
 @pytest.fixture(scope="module")
 def store(demo_models) -> web.ModelStore:
-    drafts = {SHARED: str(demo_models["draft-shared"])}
-    return web.ModelStore(str(demo_models["target"]), drafts, device="cpu")
+    return web.ModelStore({SHARED: (str(demo_models["target"]), str(demo_models["draft-shared"]))}, "cpu")
 
 
 @pytest.fixture(scope="module")

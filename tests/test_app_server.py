@@ -11,7 +11,7 @@ from gradio_client import Client, handle_file
 from specdec import web
 
 CLIP = Path(__file__).parent.parent / "assets" / "de-bahnhof.wav"
-SHARED_DRAFT = list(web.DEMO_DRAFTS)[1]
+SHARED_DRAFT = list(web.DEMO_PAIRS)[1]
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,7 @@ DRAFT = "separate"
 
 @pytest.fixture(scope="module")
 def store(demo_models) -> web.ModelStore:
-    return web.ModelStore(
-        str(demo_models["target"]), {DRAFT: str(demo_models["draft-separate"])}, device="cpu"
-    )
+    return web.ModelStore({DRAFT: (str(demo_models["target"]), str(demo_models["draft-separate"]))}, "cpu")
 
 
 def speech(name: str = "en-weather", seconds: float = 4.0) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""Id translation between the v2-style draft vocabulary (51865) and the v3 target vocabulary (51866)."""
+"""Id translation between the v2-style draft vocabulary (51865) and the v3 target vocabulary (51866), on the
+demo tokenizers; English-only drafts (GPT-2's text ids) are tested on the real tokenizers in
+tests/test_real_vocabulary.py."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def test_text_tokens_and_first_specials_are_identical(vocabulary):
 def test_yue_has_no_draft_token(vocabulary):
     assert vocabulary.target_vocab["<|yue|>"] == V3_YUE
     assert vocabulary.target_to_draft[V3_YUE] == -1
-    assert vocabulary.to_draft([V3_YUE]) == [EOT]  # it only conditions the draft
+    assert vocabulary.to_draft([SOT, V3_YUE, 400]) == [SOT, 400]  # a special the draft lacks is left out
 
 
 def test_every_special_after_the_language_block_shifts_by_one(vocabulary):
@@ -74,15 +76,28 @@ def test_identity_for_the_same_vocabulary(vocabulary):
     assert same.logits_to_target(logits) is logits
 
 
-def test_different_text_tokens_are_refused(vocabulary):
+def test_text_tokens_at_other_ids_are_mapped_by_string(vocabulary):
     draft = dict(vocabulary.target_vocab)
     by_id = {i: token for token, i in draft.items()}
     draft[by_id[100]], draft[by_id[200]] = 200, 100  # two text tokens swapped
-    with pytest.raises(VocabularyError, match="text tokens differ"):
+    swapped = VocabularyMap(vocabulary.target_vocab, draft, V3_SIZE, V3_SIZE)
+    assert not swapped.is_identity
+    assert swapped.to_draft([100, 150, 200]) == [200, 150, 100]
+    assert swapped.to_target([200, 150, 100]) == [100, 150, 200]
+    logits = torch.randn(1, V3_SIZE)
+    assert swapped.logits_to_target(logits)[0, 100] == logits[0, 200]
+
+
+def test_missing_text_needs_a_byte_level_draft(vocabulary):
+    draft = {token: i for token, i in vocabulary.target_vocab.items() if i != 300}  # one text token gone
+    with pytest.raises(VocabularyError, match="no way to be spelled"):
         VocabularyMap(vocabulary.target_vocab, draft, V3_SIZE, V3_SIZE)
+    not_byte_level = {token: i for token, i in draft.items() if len(token) > 1}
+    with pytest.raises(VocabularyError, match="not byte-level BPE"):
+        VocabularyMap(vocabulary.target_vocab, not_byte_level, V3_SIZE, V3_SIZE, spell=lambda token: [])
 
 
-def test_a_different_end_of_text_id_is_refused(vocabulary):
-    draft = {token: (i + 1 if i >= EOT - 1 else i) for token, i in vocabulary.target_vocab.items()}
+def test_a_tokenizer_without_end_of_text_is_refused(vocabulary):
+    draft = {token: i for token, i in vocabulary.target_vocab.items() if token != "<|endoftext|>"}
     with pytest.raises(VocabularyError, match="endoftext"):
-        VocabularyMap(vocabulary.target_vocab, draft, V3_SIZE, V3_SIZE + 1)
+        VocabularyMap(vocabulary.target_vocab, draft, V3_SIZE, V3_SIZE)
