@@ -1,9 +1,10 @@
 """The previous hypothesis as a free draft: live updates decode almost the same audio, so the last
 update's output usually continues the current one, at the cost of a list lookup instead of a forward pass.
 
-`HypothesisDrafter` proposes the previous hypothesis's continuation from the current position; where
-that runs out, or was rejected at the previous step, it asks the draft model (if any). A proposal from
-the hypothesis is a point mass, so speculative sampling stays exact with a one-hot draft distribution.
+`HypothesisDrafter` proposes the previous hypothesis's continuation from the current position, up to
+`max_tokens` at once (it costs no forward pass, so it is not held to the draft model's k); where that runs
+out, or was rejected at the previous step, it asks the draft model (if any). A proposal from the
+hypothesis is a point mass, so speculative sampling stays exact with a one-hot draft distribution.
 """
 
 from __future__ import annotations
@@ -30,23 +31,36 @@ class HypothesisDrafter:
     proposes_while_paused = True
 
     def __init__(
-        self, hypothesis: list[int], fallback: Drafter | None, vocabulary_size: int, device: torch.device
+        self,
+        hypothesis: list[int],
+        fallback: Drafter | None,
+        vocabulary_size: int,
+        device: torch.device,
+        max_tokens: int = 32,
     ) -> None:
         self.hypothesis = list(hypothesis)  # target ids after the forced prompt, ending with end-of-text
         self.fallback = fallback
+        self.max_tokens = max_tokens  # longest proposal from the hypothesis (one verify pass checks it)
         self.vocabulary_size = vocabulary_size
         self.device = device
         self.sources: dict[int, str] = {}  # step index within the window -> where its proposal came from
 
     def propose(
-        self, row: Row, num_draft_tokens: int, options: DecodeOptions, generator: torch.Generator | None
+        self,
+        row: Row,
+        num_draft_tokens: int,
+        options: DecodeOptions,
+        generator: torch.Generator | None,
+        max_tokens: int | None = None,
     ) -> Proposal:
-        """The hypothesis's next tokens if it has any here and was not just rejected, else the draft's."""
+        """The hypothesis's next tokens (up to self.max_tokens within max_tokens, the window's budget) if
+        it has any here and was not just rejected, else the draft's num_draft_tokens."""
         start = time.perf_counter()
         step = len(row.steps)
         continuation = [] if self._just_rejected(row) else self.continuation(row.generated)
         if continuation:
-            tokens = continuation[:num_draft_tokens]
+            limit = min(max(num_draft_tokens, self.max_tokens), max_tokens or num_draft_tokens)
+            tokens = continuation[:limit]
             self.sources[step] = REUSED
             return Proposal(tokens, self._point_masses(tokens), time.perf_counter() - start)
         if self.fallback is None or row.paused:

@@ -74,9 +74,17 @@ class Drafter:
         self.pipeline = pipeline
 
     def propose(
-        self, row: Row, num_draft_tokens: int, options: DecodeOptions, generator: torch.Generator | None
+        self,
+        row: Row,
+        num_draft_tokens: int,
+        options: DecodeOptions,
+        generator: torch.Generator | None,
+        max_tokens: int | None = None,
     ) -> Proposal:
-        """Draft up to num_draft_tokens tokens after row.sequence (fewer if the draft loses confidence)."""
+        """Draft up to num_draft_tokens tokens after row.sequence (fewer if the draft loses confidence).
+
+        max_tokens: the most the window's budget allows; a drafter whose proposals cost nothing (the
+        previous hypothesis) may go past num_draft_tokens up to it, a draft model does not."""
         start = time.perf_counter()
         self._follow(row)
         tokens: list[int] = []
@@ -139,7 +147,7 @@ def decode_window(
         drafting = drafter is not None and (not row.paused or drafter.proposes_while_paused)
         num_draft_tokens = min(row.num_draft_tokens, budget - 1) if drafting else 0
         proposal = (
-            drafter.propose(row, num_draft_tokens, options, generator)
+            drafter.propose(row, num_draft_tokens, options, generator, max_tokens=budget - 1)
             if num_draft_tokens > 0
             else Proposal([], None, 0.0)
         )

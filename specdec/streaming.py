@@ -34,7 +34,8 @@ class StreamOptions:
     reuse_hypothesis: bool = True  # the previous hypothesis drafts first
     use_draft: bool = True  # the draft model drafts where the hypothesis cannot
     language: str | None = None  # None: detected by the target on the first decoded buffer
-    num_draft_tokens: int = 6
+    num_draft_tokens: int = 6  # k of the draft model (adaptive)
+    max_reuse_tokens: int = 32  # longest proposal from the previous hypothesis (free: no model runs)
     max_prompt_tokens: int = 120  # committed text tokens passed as the prompt of the next window
 
 
@@ -155,7 +156,9 @@ class StreamSession:
 
         def wrap(drafter):
             fallback = drafter if self.options.use_draft else None
-            drafters.append(HypothesisDrafter(hint, fallback, vocabulary_size, device))
+            drafters.append(
+                HypothesisDrafter(hint, fallback, vocabulary_size, device, self.options.max_reuse_tokens)
+            )
             return drafters[-1]
 
         return wrap

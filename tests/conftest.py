@@ -1,4 +1,5 @@
-"""Shared fixtures: the project's random-weight demo checkpoints, built once per test session."""
+"""Shared fixtures: the project's random-weight demo checkpoints, built once per test session, and the real
+whisper-base and whisper-tiny.en that requirements.txt installs (converted once into specdec's cache)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,21 @@ def same_vocabulary_pair(demo_models, same_vocabulary_draft) -> SpeculativeWhisp
 @pytest.fixture(scope="session")
 def float64_pair(demo_models) -> SpeculativeWhisper:
     return _whisper(demo_models["target"], demo_models["draft-separate"], torch.float64)
+
+
+@pytest.fixture(scope="session")
+def real_models() -> dict[str, Path]:
+    """The bundled real checkpoints as transformers folders: "base" (multilingual) and "tiny.en"."""
+    from specdec.bundled import BUNDLES, bundled_folder
+
+    return {name: bundled_folder(BUNDLES[name]) for name in ("base", "tiny.en")}
+
+
+@pytest.fixture(scope="session")
+def real_pair(real_models) -> SpeculativeWhisper:
+    """whisper-base with a whisper-tiny.en draft: real weights, an English-only draft for a multilingual
+    target (other text ids, its own prompt)."""
+    return _whisper(real_models["base"], real_models["tiny.en"])
 
 
 @pytest.fixture(

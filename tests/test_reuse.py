@@ -61,4 +61,7 @@ def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
         expected.append(REUSED if drafter.continuation(generated) and not just_rejected else "other")
     reused = [drafter.sources.get(step.index) == REUSED for step in steps]
     assert reused == [source == REUSED for source in expected]
-    assert reused.count(True) >= 10 and any(step.n_accepted == len(step.drafted) > 0 for step in steps)
+    accepted_reused = sum(step.n_accepted for step, is_reused in zip(steps, reused, strict=True) if is_reused)
+    print(f"{reused.count(True)} reused proposals, {accepted_reused} of their tokens accepted")
+    assert reused.count(True) >= 4 and accepted_reused >= 25
+    assert any(step.n_accepted == len(step.drafted) > 5 for step in steps)  # longer than the draft's k
