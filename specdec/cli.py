@@ -17,7 +17,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
-import logging  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -36,7 +35,6 @@ EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    show_log()
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -44,17 +42,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PairError, ValueError, OSError) as error:
         print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_SETUP
-
-
-def show_log() -> None:
-    """specdec's own log lines (which weights were loaded from where) on stderr, once."""
-    logger = logging.getLogger("specdec")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("specdec: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -224,15 +224,13 @@ def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:
 
 
 def _vocabulary_map(target: LoadedModel, draft: LoadedModel) -> VocabularyMap:
-    draft_bpe = draft.processor.tokenizer.backend_tokenizer.model
     try:
-        return VocabularyMap(
-            target.processor.tokenizer.get_vocab(),
-            draft.processor.tokenizer.get_vocab(),
+        return VocabularyMap.from_tokenizers(
+            target.processor.tokenizer,
+            draft.processor.tokenizer,
             target.model.config.vocab_size,
             draft.model.config.vocab_size,
-            spell=lambda token: [piece.id for piece in draft_bpe.tokenize(token)],
-            draft_multilingual=bool(getattr(draft.model.generation_config, "is_multilingual", False)),
+            draft_multilingual=is_multilingual(draft),
         )
     except VocabularyError as error:
         raise PairError(f"{draft.name} cannot draft for {target.name}: {error}") from error

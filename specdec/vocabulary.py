@@ -60,7 +60,8 @@ class VocabularyMap:
                 raise VocabularyError(f"the {name} tokenizer has no {END_OF_TEXT}: not a Whisper tokenizer")
         draft_to_target = torch.full((draft_size,), -1, dtype=torch.long)
         for token, draft_id in draft_vocab.items():
-            target_id = target_vocab.get(token, target_vocab.get(TOKEN_ALIASES.get(token, ""), -1))
+            alias = TOKEN_ALIASES.get(token)  # (multilingual vocabularies have a "" token: never look it up)
+            target_id = target_vocab.get(token, target_vocab.get(alias, -1) if alias else -1)
             if draft_id < draft_size and 0 <= target_id < target_size:
                 draft_to_target[draft_id] = target_id
         self.draft_to_target = draft_to_target  # (draft_size,), -1 where the target has no such token
@@ -83,6 +84,21 @@ class VocabularyMap:
         self._known_draft_ids = known.nonzero().squeeze(-1)
         self._known_target_ids = draft_to_target[known]
         self._check_spelling()
+
+    @classmethod
+    def from_tokenizers(
+        cls, target_tokenizer, draft_tokenizer, target_size: int, draft_size: int, draft_multilingual: bool
+    ) -> VocabularyMap:
+        """The map between two transformers Whisper tokenizers, the draft's BPE spelling what it lacks."""
+        draft_bpe = draft_tokenizer.backend_tokenizer.model
+        return cls(
+            target_tokenizer.get_vocab(),
+            draft_tokenizer.get_vocab(),
+            target_size,
+            draft_size,
+            spell=lambda token: [piece.id for piece in draft_bpe.tokenize(token)],
+            draft_multilingual=draft_multilingual,
+        )
 
     def _check_spelling(self) -> None:
         """Text tokens the draft lacks need the draft's BPE, and a byte-level one (every byte a token)."""

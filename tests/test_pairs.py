@@ -59,11 +59,12 @@ def reference_ids(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
 
 def _generate(target: LoadedModel, waveform: np.ndarray, options: DecodeOptions) -> list[int]:
     features = target.processor.feature_extractor(waveform, sampling_rate=16_000, return_tensors="pt")
+    multilingual = target.model.generation_config.is_multilingual  # an English-only model takes neither
     with torch.inference_mode():
         output = target.model.generate(
             features.input_features.to(target.model.dtype),
-            language=options.language,
-            task=options.task,
+            language=options.language if multilingual else None,
+            task=options.task if multilingual else None,
             return_timestamps=options.timestamps,
             max_new_tokens=options.max_new_tokens,
         )
