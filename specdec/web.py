@@ -51,7 +51,10 @@ DEMO_PAIRS = {
     "demo target ← demo draft, shared encoder (like distil-large-v3)": "draft-shared",
 }
 DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
-OFFLINE_HINT = "The bundled pair (whisper-base ← whisper-tiny.en) runs with no network access."
+OFFLINE_HINT = (
+    "Without network access, choose the bundled pair, whisper-base ← whisper-tiny.en "
+    "(python app.py without --target and --draft offers it)."
+)
 MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
