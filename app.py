@@ -84,7 +84,7 @@ def _shown_to_user(task, request: web.CompareRequest, progress: gr.Progress):
 def examples() -> list[list[str]]:
     """[clip, reference text, language] for every example clip in assets/."""
     rows = []
-    for clip in sorted(ASSETS.glob("*.wav")):
+    for clip in sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]):
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8").strip()
         rows.append([str(clip), reference, clip.stem.split("-")[0]])
     return rows
@@ -212,7 +212,11 @@ def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
-    gr.Examples(examples(), [audio, reference, language], label="Example clips (espeak-ng voices)")
+    gr.Examples(
+        examples(),
+        [audio, reference, language],
+        label="Example clips (en-jfk: John F. Kennedy, 1961; the others: espeak-ng voices)",
+    )
     verdict = gr.HTML(label="Verdict", elem_id="verdict")
     with gr.Row():
         baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")

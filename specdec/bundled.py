@@ -7,7 +7,7 @@
 
 Both are OpenAI's MIT-licensed weights as Systran converted them for faster-whisper (CTranslate2 folders,
 float16; base's `model.bin` is split across the two packages). On first use a checkpoint's bytes are
-checked against the SHA-256 recorded here and converted into a transformers folder in the cache
+checked against the SHA-256 recorded here and converted into a float32 transformers folder in the cache
 (`ct2_import`), which `from_pretrained` then loads like any checkpoint. A changed upload is refused.
 """
 
@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.ct2_import import import_ct2, model_parts
+from specdec.ct2_import import FORMAT_VERSION, import_ct2, model_parts
 
 SOURCE_FILE = "specdec-source.json"  # written last into a converted folder: what it was made from
 
@@ -114,7 +114,7 @@ def _converted(src: Path, parts: list[Path], destination: Path, sha256: str | No
 
     The conversion is written beside it and renamed into place, so a crash never leaves a half folder
     and a second process converting at the same time keeps the first one's folder."""
-    source = {"src": str(src), "parts": _stat(parts), "sha256": sha256}
+    source = {"src": str(src), "parts": _stat(parts), "sha256": sha256, "format": FORMAT_VERSION}
     if _made_from(destination, source):
         return destination
     staging = destination.with_name(f"{destination.name}.partial-{os.getpid()}")

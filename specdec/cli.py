@@ -111,9 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--sizes",
-        choices=("small", "large-v3"),
+        choices=("small", "large-v3", "real"),
         default=None,
-        help="small: the demo models (default); large-v3: random weights, real large-v3/tiny/distil configs "
+        help="small: the demo models (default); real (with --stream): the bundled whisper-base with "
+        "whisper-tiny.en; large-v3: random weights, real large-v3/tiny/distil configs "
         "(the default with --batch and --long)",
     )
     bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens")
@@ -146,6 +147,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the long-clip benchmark (chunked mode, target alone vs specdec at α 0.8; the first "
         "--audio file, else --minutes of assets/ clips): long.json",
+    )
+    bench.add_argument(
+        "--real",
+        action="store_true",
+        help="only the real-weights benchmark: the bundled whisper-base with whisper-tiny.en on assets/ "
+        "(and --audio) clips: WER, acceptance, decode and end-to-end time vs target alone and generate()",
     )
     bench.add_argument("--minutes", type=float, default=10.0, help="with --long: length of the made clip")
     bench.add_argument(
@@ -186,6 +193,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
     args.sizes = args.sizes or ("large-v3" if args.batch or args.long else "small")
+    if args.real:
+        return _real_bench(args, command.strip())
     if args.stream:
         return _stream_bench(args, command.strip())
     if args.batch:
@@ -249,6 +258,18 @@ def _long_bench(args: argparse.Namespace, command: str) -> int:
     )
     report = run_and_report(options, Path(args.out), command)
     return 0 if report["merged_identical"] and not report["mismatched_chunks"] else EXIT_BAD_INPUT
+
+
+def _real_bench(args: argparse.Namespace, command: str) -> int:
+    from pathlib import Path
+
+    from specdec.real_bench import RealBenchOptions, run_and_report  # heavy; only this needs them
+
+    options = RealBenchOptions(
+        audio=tuple(args.audio), repeats=args.repeats or 3, num_draft_tokens=args.num_draft_tokens
+    )
+    report = run_and_report(options, Path(args.out), command)
+    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
 
 
 def _stream_bench(args: argparse.Namespace, command: str) -> int:

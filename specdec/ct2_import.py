@@ -11,9 +11,10 @@ self-attention `linear_0` is the fused q/k/v projection (its k part has a zero b
 not have), cross-attention (`attention`) `linear_0` is q and `linear_1` the fused k/v, the last linear of
 each attention its output projection, `ffn/linear_0|1` are fc1/fc2, `gamma`/`beta` the layer norms.
 
-`import_ct2(src, out)` writes a folder that `from_pretrained` loads like a hub checkpoint (weights as
-safetensors in their stored precision, config, generation config, feature extractor, tokenizer). We read
-the format ourselves because ctranslate2 has no reader for it, and a read file can be hashed as it streams.
+`import_ct2(src, out)` writes a folder that `from_pretrained` loads like a hub checkpoint (weights as float32
+safetensors, as the hub's Whisper checkpoints are; config, generation config, feature extractor, tokenizer).
+We read the format ourselves because ctranslate2 has no reader for it, and a read file can be hashed as it
+streams.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ DTYPES = {
 }
 GELU = 3  # ctranslate2's ActivationType.GELU, Whisper's activation
 MULTILINGUAL_VOCAB_SIZE = 51865  # openai/whisper: a model is multilingual iff n_vocab >= 51865
+FORMAT_VERSION = 2  # of the folders written here: a cache of older ones is converted again
 
 
 class CheckpointError(ValueError):
@@ -257,7 +259,7 @@ def model_config(
         decoder_start_token_id=ids("<|startoftranscript|>"),
         suppress_tokens=generation.suppress_tokens,
         begin_suppress_tokens=generation.begin_suppress_tokens,
-        dtype=embeddings.dtype,
+        dtype=torch.float32,
     )
 
 
@@ -301,13 +303,16 @@ def generation_config(folder: Path, tokenizer: WhisperTokenizer, vocab_size: int
     ids = tokenizer.convert_tokens_to_ids
     vocab = tokenizer.get_vocab()
     end_of_text = ids(END_OF_TEXT)
-    multilingual = {}  # an English-only model has none: generate() would detect a language if it had
+    # An English-only model has no language ids (generate() would detect a language if it had). Like the
+    # hub's configs, forced_decoder_ids give generate() its default prompt when it is given no task.
+    by_vocabulary = {"forced_decoder_ids": [[1, ids("<|notimestamps|>")]]}
     if vocab_size >= MULTILINGUAL_VOCAB_SIZE:
-        multilingual = {
+        by_vocabulary = {
             "lang_to_id": {
                 f"<|{code}|>": vocab[f"<|{code}|>"] for code in LANGUAGES if f"<|{code}|>" in vocab
             },
             "task_to_id": {task: ids(f"<|{task}|>") for task in ("transcribe", "translate")},
+            "forced_decoder_ids": [[1, None], [2, ids("<|transcribe|>")]],
         }
     return GenerationConfig(
         alignment_heads=settings.get("alignment_heads"),
@@ -317,8 +322,8 @@ def generation_config(folder: Path, tokenizer: WhisperTokenizer, vocab_size: int
         decoder_start_token_id=ids("<|startoftranscript|>"),
         eos_token_id=end_of_text,
         pad_token_id=end_of_text,
-        is_multilingual=bool(multilingual),
-        **multilingual,
+        is_multilingual=vocab_size >= MULTILINGUAL_VOCAB_SIZE,
+        **by_vocabulary,
         max_initial_timestamp_index=50,  # openai/whisper's max_initial_timestamp of 1 s
         max_length=448,
         no_timestamps_token_id=ids("<|notimestamps|>"),
@@ -378,7 +383,8 @@ def import_ct2(
     config = model_config(variables, tokenizer, generation)
     with torch.device("meta"):
         model = WhisperForConditionalGeneration(config)
-    model.load_state_dict(state_dict(variables), strict=True, assign=True)
+    weights = {name: tensor.float() for name, tensor in state_dict(variables).items()}
+    model.load_state_dict(weights, strict=True, assign=True)
     model.tie_weights()
     model.generation_config = generation
     model.eval().save_pretrained(out)
