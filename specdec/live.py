@@ -20,7 +20,7 @@ from specdec.decoding import timestamp_begin
 from specdec.highlight import token_texts
 from specdec.reuse import DRAFTED, REUSED
 from specdec.streaming import TARGET_SOURCE, StreamOptions, StreamSession, Update
-from specdec.web import ModelStore, UserError, chosen_language
+from specdec.web import ModelStore, UserError, chosen_language, draft_note
 
 SOURCE_COLOURS = {REUSED: "#d8c8ff", DRAFTED: "#b7ebc0", TARGET_SOURCE: "#e4e4e7"}
 SOURCE_DESCRIPTIONS = {
@@ -233,8 +233,14 @@ def stats_html(listener: Listener | None) -> str:
         f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
         f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
         f"{silent} silent chunks not decoded, "
-        f"{listener.merged} chunks merged into the next update to keep up.</p>"
+        f"{listener.merged} chunks merged into the next update to keep up.</p>{_draft_note(listener)}"
     )
+
+
+def _draft_note(listener: Listener) -> str:
+    """The page's note when an English-only draft hears another language, else ''."""
+    note = draft_note(listener.session.whisper, listener.session.language, "transcribe")
+    return f'<p class="specdec-note"><small>ℹ️ {html.escape(note)}</small></p>' if note else ""
 
 
 def latency_figure(listener: Listener | None) -> go.Figure:
