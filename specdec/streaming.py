@@ -180,13 +180,15 @@ class StreamSession:
         if cut is None:
             return
         end, seconds = cut
+        # a segment's end timestamp can lie past the audio heard so far: cut no further than the buffer
+        samples = min(int(seconds * SAMPLE_RATE), len(self.buffer))
         self.archived_ids += self._text_ids(self.committed[:end])
-        offset = round(seconds / TIMESTAMP_SECONDS)
+        offset = round(samples / SAMPLE_RATE / TIMESTAMP_SECONDS)
         # the uncommitted rest, in the trimmed buffer's time: the next agreement's partner and draft
         self.hypothesis = shift_timestamps(self.hypothesis[end:], -offset, self._timestamp_begin)
         self.committed = []
-        self.buffer = self.buffer[int(seconds * SAMPLE_RATE) :]
-        self.buffer_start_seconds += int(seconds * SAMPLE_RATE) / SAMPLE_RATE
+        self.buffer = self.buffer[samples:]
+        self.buffer_start_seconds += samples / SAMPLE_RATE
 
     @property
     def _timestamp_begin(self) -> int:

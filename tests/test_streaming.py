@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.decoding import timestamp_begin
 from specdec.options import DecodeOptions
 from specdec.streaming import StreamOptions, StreamSession
+from specdec.trace import TARGET, DecodeResult, TokenRecord
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CHUNK = SAMPLE_RATE  # 1 s
@@ -101,3 +103,19 @@ def test_hypothesis_reuse_needs_fewer_target_passes(shared_pair):
         passes[reuse] = np.mean([update.target_passes for update in updates if update.decoded])
     print(f"target passes per update: reuse {passes[True]:.1f}, draft model alone {passes[False]:.1f}")
     assert passes[True] < passes[False]
+
+
+def test_a_segment_end_past_the_audio_cuts_no_further_than_the_buffer(separate_pair):
+    """Whisper may close a segment at a timestamp after the last audio heard (real whisper-base closed one
+    at 22.78 s on 22 s of buffer): the trim stops at the buffer's end, so the buffer start stays the
+    stream time of buffer[0] and every later update decodes the audio it says it does."""
+    session = StreamSession(separate_pair, StreamOptions(language="en", trim_seconds=3.0))
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    session.buffer = np.zeros(4 * SAMPLE_RATE, dtype=np.float32)
+    session.stream_seconds = 4.0
+    session.committed = [begin, 400, 370, begin + 250]  # <|0.00|> two words <|5.00|>: past the 4 s heard
+    session.hypothesis = [*session.committed, begin + 250, 500]  # and the next segment begins
+    records = [TokenRecord(token, TARGET, 0, 0, 1.0, None) for token in session.hypothesis]
+    session._trim(DecodeResult(tuple(session.hypothesis), (), "en", tuple(records), (), 0.0, 0.0))
+    assert session.buffer_start_seconds == session.stream_seconds == 4.0 and len(session.buffer) == 0
+    assert session.hypothesis == [begin + 50, 500]  # the rest, timestamps moved back by the 4 s cut
