@@ -1,7 +1,8 @@
 """`python -m specdec bench --stream`: live transcription timed with and without hypothesis reuse.
 
 The stream: assets/*.wav (then any --audio files) concatenated in name order, 26 s (quick: the first
-clip only), fed in `chunk_seconds` chunks as fast as possible with English forced (no detection pass).
+clip only; with the real pair, whose draft is English-only: the English clips, 22 s), fed in
+`chunk_seconds` chunks as fast as possible with English forced (no detection pass).
 One long stream rather than five short ones, so that the buffer grows past the 15 s trim and is cut, with
 the committed text as the next prompt, as in a live session. Configurations, for each draft of the
 preset: the previous hypothesis first and the draft model where it cannot ("+ reuse"), the draft model
@@ -102,7 +103,10 @@ def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
 
 def stream_clips(options: StreamBenchOptions) -> tuple[np.ndarray, list[str]]:
     """The stream's waveform (16 kHz) and the names of its clips, in order."""
-    paths = [*sorted(ASSETS.glob("*.wav"))[: 1 if options.quick else None], *map(Path, options.audio)]
+    found = sorted(ASSETS.glob("*.wav"))
+    if options.size == "real":  # an English-only draft, English forced: the English clips
+        found = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
+    paths = [*found[: 1 if options.quick else None], *map(Path, options.audio)]
     return np.concatenate([load_audio(path, max_seconds=None) for path in paths]), [p.stem for p in paths]
 
 
