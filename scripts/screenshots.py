@@ -11,6 +11,7 @@ import argparse
 import shutil
 from pathlib import Path
 
+import soundfile as sf
 from playwright.sync_api import sync_playwright
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -33,7 +34,7 @@ def compare(browser, url: str, clip: Path, out: Path) -> None:
     print(f"{out}: {page.inner_text('#verdict')}")
 
 
-def live(browser_type, url: str, clip: Path, out: Path) -> None:
+def live(browser_type, url: str, clip: Path, out: Path, seconds: float) -> None:
     fake_microphone = [
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
@@ -45,13 +46,14 @@ def live(browser_type, url: str, clip: Path, out: Path) -> None:
     page.goto(url)
     page.get_by_role("tab", name="Live").click()
     page.locator("#live-audio button.record-button").click()
-    page.wait_for_selector("#live-text span.tok", timeout=120_000)
-    page.wait_for_timeout(8_000)
+    page.wait_for_timeout(seconds * 1000)  # Chromium's fake microphone plays the clip in a loop
     page.locator("#live-audio button.stop-button").click()
     page.wait_for_function(
-        "document.querySelectorAll('#live-text span.tok.tentative').length === 0", timeout=120_000
+        "document.querySelectorAll('#live-text span.tok.committed').length > 0 &&"
+        " document.querySelectorAll('#live-text span.tok.tentative').length === 0",
+        timeout=300_000,
     )
-    page.wait_for_timeout(1_000)
+    page.wait_for_timeout(2_000)
     page.screenshot(path=str(out), full_page=True)
     print(f"{out}: {page.inner_text('#live-text')}")
     browser.close()
@@ -69,14 +71,15 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--clip", type=Path, default=ASSETS / "en-jfk.flac", help="for the Compare view")
-    parser.add_argument("--live-clip", type=Path, default=ASSETS / "en-fellow-americans.wav")
+    parser.add_argument("--live-clip", type=Path, default=ASSETS / "en-weather.wav", help="a WAV file")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=_chromium(), args=BROWSER_ARGS)
         compare(browser, args.url, args.clip, args.out_dir / "app-compare.png")
         browser.close()
-        live(driver.chromium, args.url, args.live_clip, args.out_dir / "app-live.png")
+        seconds = sf.info(args.live_clip).duration + 1.0  # one pass of the clip, then Stop
+        live(driver.chromium, args.url, args.live_clip, args.out_dir / "app-live.png", seconds)
 
 
 if __name__ == "__main__":
