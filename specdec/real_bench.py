@@ -42,7 +42,6 @@ class RealBenchOptions:
     audio: tuple[str, ...] = ()  # more clips besides assets/
     repeats: int = 3  # decodes of each clip by each decoder
     num_draft_tokens: int = 5  # k at the start (adaptive)
-    threads: int | None = None  # torch threads (None: torch's default)
 
 
 @dataclass
@@ -172,8 +171,6 @@ def table(rows: list[dict]) -> str:
 def run_and_report(options: RealBenchOptions, out_dir: Path, command: str) -> dict:
     """Run the real-clip benchmark, print the table and the transcripts, write real.json."""
     started = time.perf_counter()
-    if options.threads:
-        torch.set_num_threads(options.threads)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     whisper = SpeculativeWhisper(draft_model="tiny.en", final_model="base", device="cpu")
