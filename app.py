@@ -4,7 +4,7 @@ python app.py                 # real models: whisper-base <- whisper-tiny.en on 
                               # whisper-large-v3 <- whisper-tiny on a GPU (from the hub)
 python app.py --demo-models   # random-weight demo checkpoints for tests: transcripts are meaningless
 
-Layout and wiring only; the handlers are plain functions in specdec/web.py.
+Layout and wiring only; the handlers are plain functions in specdec/app/.
 """
 
 from __future__ import annotations
@@ -16,11 +16,20 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec import live, web
+from specdec.app import compare, live, views
+from specdec.app.highlight import legend_html
+from specdec.app.store import (
+    MAX_APP_SECONDS,
+    ModelStore,
+    UserError,
+    demo_store,
+    pairs_by_device,
+    pairs_for,
+    store_summary,
+)
 from specdec.audio import MAX_LONG_SECONDS, duration_text
-from specdec.highlight import legend_html
 from specdec.longform import LONG_FORM_MODES
-from specdec.models import default_pair
+from specdec.whisper.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_FILE_SIZE = "25mb"  # 10 min of 16 kHz mono 16-bit WAV is 19 MB (a compressed file holds more)
@@ -47,12 +56,12 @@ LONG_FORM_HELP = (
 )
 LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
 
-STORES: dict[str, web.ModelStore] = {}  # the served store, registered by build_demo
+STORES: dict[str, ModelStore] = {}  # the served store, registered by build_demo
 
 try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
     import spaces
 
-    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=web.gpu_seconds), True  # longer for long clips
+    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=compare.gpu_seconds), True  # longer for long clips
 except ImportError:
 
     def gpu_task(function):
@@ -64,20 +73,20 @@ except ImportError:
 # ZeroGPU runs these in a worker process and pickles their arguments and results, so they take only
 # the request (the store, with its models and lock, is inherited by the worker, never pickled).
 @gpu_task
-def compare_on_gpu(request: web.CompareRequest, progress=None) -> web.CompareView:
-    return web.compare_clip(STORES["served"], request, progress)
+def compare_on_gpu(request: compare.CompareRequest, progress=None) -> views.CompareView:
+    return compare.compare_clip(STORES["served"], request, progress)
 
 
 @gpu_task
-def transcribe_on_gpu(request: web.CompareRequest, progress=None) -> tuple[str, str, dict]:
-    return web.transcribe_clip(STORES["served"], request, progress)
+def transcribe_on_gpu(request: compare.CompareRequest, progress=None) -> tuple[str, str, dict]:
+    return compare.transcribe_clip(STORES["served"], request, progress)
 
 
-def _shown_to_user(task, request: web.CompareRequest, progress: gr.Progress):
+def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Progress):
     """Run a GPU task; a UserError becomes a gr.Error the page shows (and the app keeps serving)."""
     try:
         return task(request, None if ON_ZERO_GPU else progress)  # ZeroGPU cannot pickle the tracker
-    except web.UserError as error:
+    except UserError as error:
         raise gr.Error(str(error), duration=None) from None
 
 
@@ -90,13 +99,13 @@ def examples() -> list[list[str]]:
     return rows
 
 
-def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) -> str:
+def banner_html(store: ModelStore, demo_mode: bool, load_error: str | None) -> str:
     if load_error:
         message, _, details = load_error.partition(" (Details: ")
         details = f"<br><small style='font-weight:400'>{html.escape(details.removesuffix(')'))}</small>"
         style = "background:#fee2e2;color:#991b1b"
         return f'<div class="specdec-banner" style="{style}">⚠️ {html.escape(message)}{details}</div>'
-    info = web.store_summary(store)
+    info = store_summary(store)
     if demo_mode:
         warning = (
             "Demo mode: the models have random weights, so the transcripts are meaningless. "
@@ -114,7 +123,7 @@ def banner_html(store: web.ModelStore, demo_mode: bool, load_error: str | None) 
     )
 
 
-def _pair_dropdown(store: web.ModelStore, choices: list[tuple[str, str]]) -> gr.Dropdown:
+def _pair_dropdown(store: ModelStore, choices: list[tuple[str, str]]) -> gr.Dropdown:
     return gr.Dropdown(
         choices,
         value=store.default_pair,
@@ -123,7 +132,7 @@ def _pair_dropdown(store: web.ModelStore, choices: list[tuple[str, str]]) -> gr.
     )
 
 
-def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
+def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
 
     def run_compare(
@@ -140,7 +149,7 @@ def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
         reference,
         progress=gr.Progress(),
     ):
-        request = web.CompareRequest(
+        request = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
@@ -156,7 +165,7 @@ def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
             view.steps,
             view.breakdown,
             view.wer_html,
-            web.details(view),
+            views.details(view),
             view.windows,
         )
 
@@ -173,7 +182,7 @@ def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
         long_form,
         progress=gr.Progress(),
     ):
-        request = web.CompareRequest(
+        request = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form,
@@ -281,7 +290,7 @@ def _compare_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
     )
 
 
-def _live_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
+def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     """The Live view: the microphone streamed in chunks, re-decoded at each update, committed as it agrees."""
     if ON_ZERO_GPU:  # every chunk would wait for its own GPU allocation
         gr.Markdown("The Live view needs a dedicated GPU or CPU Space; ZeroGPU allocates a GPU per call.")
@@ -311,7 +320,7 @@ def _live_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
                 current = live.open_listener(store, pair_label, language_code, seconds, reuse_hypothesis)
             if not live.hear(current, audio):
                 return current, gr.skip(), gr.skip(), gr.skip()  # no whole chunk yet: nothing new to show
-        except web.UserError as error:
+        except UserError as error:
             raise gr.Error(str(error), duration=None) from None
         return current, live.transcript_html(current), live.stats_html(current), live.latency_figure(current)
 
@@ -341,7 +350,7 @@ def _live_tab(store: web.ModelStore, choices: list[tuple[str, str]]) -> None:
     clear.click(forget, [listener], shown)
 
 
-def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
+def build_demo(store: ModelStore, banner: str) -> gr.Blocks:
     """The page: the Compare and Live views wired to the store's handlers."""
     STORES["served"] = store
     choices = store.choices()
@@ -358,21 +367,21 @@ def build_demo(store: web.ModelStore, banner: str) -> gr.Blocks:
     return demo
 
 
-def make_store(args: argparse.Namespace) -> tuple[web.ModelStore, str | None]:
+def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
     """The model store from the server's flags, its default pair loaded and warmed up (or why not)."""
     if args.demo_models:
-        store = web.demo_store(args.device)
+        store = demo_store(args.device)
     elif args.target or args.draft:
         target, draft = default_pair(args.device)
-        store = web.ModelStore(web.pairs_for(args.target or target, args.draft or [draft]), args.device)
+        store = ModelStore(pairs_for(args.target or target, args.draft or [draft]), args.device)
     else:
-        store = web.ModelStore(web.pairs_by_device(args.device), args.device)
+        store = ModelStore(pairs_by_device(args.device), args.device)
     store.warm_up = not ON_ZERO_GPU
     store.max_seconds = args.max_seconds
     try:  # on ZeroGPU every pair loads now: the GPU worker is forked per call and keeps nothing
         for label in store.pairs if ON_ZERO_GPU else [store.default_pair]:
             store.whisper(label)
-    except web.UserError as error:
+    except UserError as error:
         return store, str(error)
     return store, None
 
@@ -393,7 +402,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-seconds",
         type=float,
-        default=float(os.environ.get("SPECDEC_MAX_SECONDS", web.MAX_APP_SECONDS)),
+        default=float(os.environ.get("SPECDEC_MAX_SECONDS", MAX_APP_SECONDS)),
         help="longest clip accepted, in seconds (or set SPECDEC_MAX_SECONDS); default %(default)g",
     )
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 
 _PUBLIC = {
-    "SpeculativeWhisper": "specdec.transcriber",
-    "Transcription": "specdec.transcriber",
+    "SpeculativeWhisper": "specdec.api",
+    "Transcription": "specdec.api",
     "DecodeOptions": "specdec.options",
     "DecodeResult": "specdec.trace",
     "Step": "specdec.trace",

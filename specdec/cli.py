@@ -1,6 +1,6 @@
 """Command line: `python -m specdec transcribe AUDIO...`, `python -m specdec stream AUDIO` (a file played as a
 live stream), `python -m specdec import-ct2 SRC OUT` (a faster-whisper folder as a transformers one),
-`python -m specdec demo-models OUT_DIR` and `python -m specdec bench [--stream|--batch|--long]`.
+and `python -m specdec demo-models OUT_DIR`. (The benchmarks run from a checkout: `python -m benchmarks`.)
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
 """
@@ -21,14 +21,13 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 
+from specdec.api import SpeculativeWhisper, Transcription  # noqa: E402
 from specdec.audio import AudioError, load_audio  # noqa: E402
-from specdec.compare import warm_up  # noqa: E402
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
-from specdec.models import PairError  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
-from specdec.playback import StreamSummary, stream_audio, summarise  # noqa: E402
-from specdec.streaming import StreamOptions, Update  # noqa: E402
-from specdec.transcriber import SpeculativeWhisper, Transcription  # noqa: E402
+from specdec.streaming.playback import StreamSummary, stream_audio, summarise  # noqa: E402
+from specdec.streaming.session import StreamOptions, Update  # noqa: E402
+from specdec.whisper.models import PairError  # noqa: E402
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
 EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
@@ -106,59 +105,6 @@ def _parser() -> argparse.ArgumentParser:
     stream.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     stream.set_defaults(command=_stream)
 
-    bench = commands.add_parser(
-        "bench", help="time generate(), assisted generation and specdec side by side (see docs/benchmarks.md)"
-    )
-    bench.add_argument(
-        "--sizes",
-        choices=("small", "large-v3", "real"),
-        default=None,
-        help="small: the demo models (default); real (with --stream): the bundled whisper-base with "
-        "whisper-tiny.en; large-v3: random weights, real large-v3/tiny/distil configs "
-        "(the default with --batch and --long)",
-    )
-    bench.add_argument("--quick", action="store_true", help="one clip, α 0.6/0.8/0.95, 32 tokens")
-    bench.add_argument("--audio", nargs="*", default=[], help="more clips besides assets/*.wav")
-    bench.add_argument("--alphas", type=float, nargs="+", default=None, help="controlled acceptance rates")
-    bench.add_argument("--num-draft-tokens", type=int, default=5, help="k of the fixed-k configurations")
-    bench.add_argument("--max-new-tokens", type=int, default=None, help="per clip (default 32 quick, 64)")
-    bench.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 3)")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument(
-        "--cache-dir", default=None, help="where built models are kept (~/.cache/specdec/bench-models)"
-    )
-    bench.add_argument("--out", default="bench-results", help="folder for bench.json and bench.html")
-    bench.add_argument(
-        "--stream",
-        action="store_true",
-        help="only the live-stream benchmark (hypothesis reuse, draft alone, target alone): stream.json",
-    )
-    bench.add_argument("--chunk", type=float, default=1.0, help="with --stream: seconds per update")
-    bench.add_argument(
-        "--batch",
-        action="store_true",
-        help="only the batch-scaling benchmark (batch 1-16, α 0.8, target alone vs specdec): batch.json",
-    )
-    bench.add_argument(
-        "--batch-sizes", type=int, nargs="+", default=None, help="with --batch: sizes (default 1 2 4 8 16)"
-    )
-    bench.add_argument(
-        "--long",
-        action="store_true",
-        help="only the long-clip benchmark (chunked mode, target alone vs specdec at α 0.8; the first "
-        "--audio file, else --minutes of assets/ clips): long.json",
-    )
-    bench.add_argument(
-        "--real",
-        action="store_true",
-        help="only the real-weights benchmark: the bundled whisper-base with whisper-tiny.en on assets/ "
-        "(and --audio) clips: WER, acceptance, decode and end-to-end time vs target alone and generate()",
-    )
-    bench.add_argument("--minutes", type=float, default=10.0, help="with --long: length of the made clip")
-    bench.add_argument(
-        "--fixed-k", action="store_true", help="with --long: k = --num-draft-tokens (default: cost-aware k)"
-    )
-    bench.set_defaults(command=_bench)
     return parser
 
 
@@ -170,125 +116,18 @@ def _model_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _import_ct2(args: argparse.Namespace) -> int:
-    from specdec.ct2_import import import_ct2  # heavy; only this command needs it
+    from specdec.whisper.ct2 import import_ct2  # heavy; only this command needs it
 
     print(import_ct2(args.src, args.out))
     return 0
 
 
 def _demo_models(args: argparse.Namespace) -> int:
-    from specdec.demo_models import build_demo_models  # heavy; only this command needs it
+    from specdec.whisper.demo import build_demo_models  # heavy; only this command needs it
 
     for name, path in build_demo_models(args.out_dir, seed=args.seed).items():
         print(f"{name}: {path}")
     return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from specdec.bench import BenchOptions  # heavy; only this command needs them
-    from specdec.bench_report import run_and_report
-    from specdec.model_sizes import DEFAULT_CACHE
-
-    command = "python -m specdec bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else [])
-    args.sizes = args.sizes or ("large-v3" if args.batch or args.long else "small")
-    if args.real:
-        return _real_bench(args, command.strip())
-    if args.stream:
-        return _stream_bench(args, command.strip())
-    if args.batch:
-        return _batch_bench(args, command.strip())
-    if args.long:
-        return _long_bench(args, command.strip())
-    options = BenchOptions(
-        size=args.sizes,
-        quick=args.quick,
-        audio=tuple(args.audio),
-        alphas=tuple(args.alphas) if args.alphas else None,
-        num_draft_tokens=args.num_draft_tokens,
-        max_new_tokens=args.max_new_tokens,
-        repeats=args.repeats,
-        seed=args.seed,
-        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
-    )
-    report = run_and_report(options, Path(args.out), command.strip())
-    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
-
-
-def _batch_bench(args: argparse.Namespace, command: str) -> int:
-    from pathlib import Path
-
-    from specdec.batch_bench import BatchBenchOptions, run_and_report  # heavy; only this needs them
-    from specdec.model_sizes import DEFAULT_CACHE
-
-    options = BatchBenchOptions(
-        size=args.sizes,
-        quick=args.quick,
-        **({"batch_sizes": tuple(args.batch_sizes)} if args.batch_sizes else {}),
-        alpha=args.alphas[0] if args.alphas else 0.8,
-        num_draft_tokens=args.num_draft_tokens,
-        max_new_tokens=args.max_new_tokens,
-        repeats=args.repeats,
-        seed=args.seed,
-        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
-    )
-    report = run_and_report(options, Path(args.out), command)
-    identical = all(not row["mismatched_batched"] and not row["mismatched_alone"] for row in report["rows"])
-    return 0 if identical else EXIT_BAD_INPUT
-
-
-def _long_bench(args: argparse.Namespace, command: str) -> int:
-    from pathlib import Path
-
-    from specdec.long_bench import LongBenchOptions, run_and_report  # heavy; only this needs them
-    from specdec.model_sizes import DEFAULT_CACHE
-
-    options = LongBenchOptions(
-        size=args.sizes,
-        minutes=args.minutes,
-        audio=args.audio[0] if args.audio else None,
-        alpha=args.alphas[0] if args.alphas else 0.8,
-        num_draft_tokens=args.num_draft_tokens,
-        cost_aware=not args.fixed_k,
-        max_new_tokens=args.max_new_tokens or 32,
-        rounds=args.repeats or 2,
-        seed=args.seed,
-        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
-    )
-    report = run_and_report(options, Path(args.out), command)
-    return 0 if report["merged_identical"] and not report["mismatched_chunks"] else EXIT_BAD_INPUT
-
-
-def _real_bench(args: argparse.Namespace, command: str) -> int:
-    from pathlib import Path
-
-    from specdec.real_bench import RealBenchOptions, run_and_report  # heavy; only this needs them
-
-    options = RealBenchOptions(
-        audio=tuple(args.audio), repeats=args.repeats or 3, num_draft_tokens=args.num_draft_tokens
-    )
-    report = run_and_report(options, Path(args.out), command)
-    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
-
-
-def _stream_bench(args: argparse.Namespace, command: str) -> int:
-    from pathlib import Path
-
-    from specdec.model_sizes import DEFAULT_CACHE
-    from specdec.stream_bench import StreamBenchOptions, run_and_report  # heavy; only this needs them
-
-    options = StreamBenchOptions(
-        size=args.sizes,
-        chunk_seconds=args.chunk,
-        quick=args.quick,
-        audio=tuple(args.audio),
-        rounds=args.repeats or 1,
-        seed=args.seed,
-        cache_dir=Path(args.cache_dir) if args.cache_dir else DEFAULT_CACHE,
-    )
-    report = run_and_report(options, Path(args.out), command)
-    return 0 if all(row["identical"] for row in report["rows"]) else EXIT_BAD_INPUT
 
 
 def _stream(args: argparse.Namespace) -> int:
@@ -304,7 +143,7 @@ def _stream(args: argparse.Namespace) -> int:
         print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
-    warm_up(whisper)  # as a live app would before opening the microphone: no first-call costs in latency
+    whisper.warm_up()  # as a live app would before opening the microphone: no first-call costs in latency
     live = sys.stdout.isatty()
     updates: list[Update] = []
     for update in stream_audio(whisper, waveform, options, realtime=args.realtime):
@@ -375,7 +214,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     )
     whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
     if args.compare:
-        warm_up(whisper)
+        whisper.warm_up()
     exit_code = 0
     for start in range(0, len(args.audio), args.batch_size):
         paths = args.audio[start : start + args.batch_size]

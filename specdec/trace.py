@@ -1,11 +1,14 @@
-"""What happened during a decoding: every step and every token, as serialisable frozen dataclasses.
+"""What happened during a decoding: every token, every step, every pass, as serialisable frozen dataclasses.
 
-Statistics (acceptance rate, tokens per target pass, ...) are properties derived from the recorded
-steps and tokens; nothing is stored twice.
+A fact is stored once, where it belongs: a token's story on its `TokenRecord`, a row's step (what was
+proposed, by whom, what was kept) on its `Step`, the seconds of a batched target pass on its `Pass` and
+those of a batched encoder call on its `Encoding` (every row of the batch refers to the same record).
+Statistics (acceptance rate, tokens per target pass, ...) are properties derived from these.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 ACCEPTED = "accepted"  # drafted and confirmed by the target
@@ -13,6 +16,11 @@ CORRECTED = "corrected"  # the target's token where it rejected a draft token
 BONUS = "bonus"  # the target's extra token after a fully accepted draft
 TARGET = "target"  # the target's token in a step with no draft (baseline, or a draft of length 0)
 LABELS = (ACCEPTED, CORRECTED, BONUS, TARGET)
+
+DRAFT_MODEL = "draft"  # a step's proposal came from the draft model
+HYPOTHESIS = "reused"  # from the previous hypothesis of a live stream (free: no model runs)
+NO_PROPOSAL = "none"  # nothing was proposed: the target decoded the step alone
+SOURCES = (DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL)
 
 
 @dataclass(frozen=True)
@@ -25,23 +33,47 @@ class TokenRecord:
     window: int  # 30 s decoding window (timestamp mode may seek and decode a window again)
     target_prob: float  # the target's probability for this token (after logits processing)
     draft_prob: float | None  # the draft's probability for it at this position; None without a draft there
-    kept: bool = (
-        True  # False for tokens generated but dropped (end-of-text, tail after the last timestamp pair)
-    )
+    kept: bool = True  # False for tokens generated but dropped (end-of-text, the tail after the last pair)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One batched target pass and the drafting before it, shared by every row of the batch."""
+
+    index: int  # in order over the whole decoding (the clips of one batch share the numbering)
+    rows: int  # rows in the batch
+    start_seconds: float  # since decoding began
+    draft_seconds: float  # every draft pass of the step, all rows at once (0 without a draft model)
+    verify_seconds: float  # the target pass over every row's pending tokens and proposal
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One batched encoder call, shared by the windows encoded in it."""
+
+    index: int  # in order over the whole decoding
+    model: str  # "target" or "draft"
+    windows: int  # windows encoded together
+    seconds: float
 
 
 @dataclass(frozen=True)
 class Step:
-    """One target pass: the draft proposed `drafted`, the target kept `n_accepted` and supplied one token."""
+    """One row's part in one target pass: `source` proposed `drafted`, the target kept `n_accepted` and
+    supplied one token."""
 
     index: int
     window: int
-    drafted: tuple[int, ...]  # target-vocabulary ids proposed by the draft (empty for target-only steps)
+    pass_index: int  # the `Pass` this step took part in
+    source: str  # one of SOURCES
+    drafted: tuple[int, ...]  # target-vocabulary ids proposed (empty for target-only steps)
     n_accepted: int
     target_token: int | None  # correction or bonus; None when an accepted draft token ended the text
-    draft_seconds: float
-    verify_seconds: float
-    start_seconds: float  # since decoding began, for timelines
+
+    @property
+    def num_judged(self) -> int:
+        """Proposed tokens the target judged: the accepted ones and the first rejected one."""
+        return self.n_accepted + (self.n_accepted < len(self.drafted))
 
 
 @dataclass(frozen=True)
@@ -69,27 +101,31 @@ class Segment:
 
 @dataclass(frozen=True)
 class DecodeResult:
-    """A whole decoding of one clip: output ids, every token's story, every step, timings."""
+    """A whole decoding of one clip: output ids, every token's story, every step, pass and encoding."""
 
     token_ids: tuple[int, ...]  # target ids after the forced prompt, without end-of-text
     prompt_ids: tuple[int, ...]
     language: str
     tokens: tuple[TokenRecord, ...]
     steps: tuple[Step, ...]
-    encoder_seconds: float
-    total_seconds: float  # encoder + decode, wall clock
+    passes: tuple[Pass, ...]  # every target pass the clip's rows took part in, in order
+    encodings: tuple[Encoding, ...]  # every encoder call that encoded one of its windows
+    total_seconds: float  # encoders + decoding, wall clock
     windows: tuple[Window, ...] = ()  # every decoded window in order; token.window / step.window index it
     segments: tuple[Segment, ...] = ()  # chunked long-form with timestamps: file-relative segments
+
+    def pass_of(self, step: Step) -> Pass:
+        """The batched target pass a step took part in."""
+        return self._passes_by_index[step.pass_index]
+
+    @functools.cached_property
+    def _passes_by_index(self) -> dict[int, Pass]:
+        return {p.index: p for p in self.passes}
 
     @property
     def num_target_passes(self) -> int:
         """Target passes over this clip's rows (in chunked mode, each chunk's, summed)."""
         return len(self.steps)
-
-    @property
-    def batched_passes(self) -> tuple[Step, ...]:
-        """One step per target pass actually run: the chunks of one batch share each pass (and its start)."""
-        return tuple({step.start_seconds: step for step in self.steps}.values())
 
     @property
     def num_drafted(self) -> int:
@@ -113,16 +149,20 @@ class DecodeResult:
         return self.num_generated / self.num_target_passes if self.steps else 0.0
 
     @property
+    def encoder_seconds(self) -> float:
+        return sum(encoding.seconds for encoding in self.encodings)
+
+    @property
     def decode_seconds(self) -> float:
         return self.total_seconds - self.encoder_seconds
 
     @property
     def draft_seconds(self) -> float:
-        return sum(step.draft_seconds for step in self.batched_passes)
+        return sum(p.draft_seconds for p in self.passes)
 
     @property
     def verify_seconds(self) -> float:
-        return sum(step.verify_seconds for step in self.batched_passes)
+        return sum(p.verify_seconds for p in self.passes)
 
     @property
     def tokens_per_second(self) -> float:
@@ -133,7 +173,7 @@ class DecodeResult:
         return {
             "num_generated": self.num_generated,
             "num_target_passes": self.num_target_passes,
-            "num_batched_passes": len(self.batched_passes),
+            "num_batched_passes": len(self.passes),
             "num_drafted": self.num_drafted,
             "num_accepted": self.num_accepted,
             "acceptance_rate": self.acceptance_rate,

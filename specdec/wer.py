@@ -16,7 +16,7 @@ from pathlib import Path
 import jiwer
 from transformers.models.whisper.english_normalizer import BasicTextNormalizer, EnglishTextNormalizer
 
-SPELLING_MAP = Path(__file__).parent / "assets" / "english-normalizer.json"
+SPELLING_MAP = Path(__file__).parent / "whisper" / "assets" / "english-normalizer.json"
 
 
 @dataclass(frozen=True)

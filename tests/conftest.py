@@ -15,9 +15,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import WhisperForConditionalGeneration, WhisperProcessor  # noqa: E402
 
-from specdec.demo_models import build_demo_models  # noqa: E402
-from specdec.models import DraftKind, load_pair  # noqa: E402
-from specdec.transcriber import SpeculativeWhisper  # noqa: E402
+from specdec.api import SpeculativeWhisper  # noqa: E402
+from specdec.whisper.demo import build_demo_models  # noqa: E402
+from specdec.whisper.models import DraftKind  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one worker per core, one thread per worker
     torch.set_num_threads(1)
@@ -48,7 +48,8 @@ def same_vocabulary_draft(demo_models, tmp_path_factory) -> Path:
 
 
 def _whisper(target: Path, draft: Path, dtype: torch.dtype = torch.float32) -> SpeculativeWhisper:
-    return SpeculativeWhisper.from_pair(load_pair(str(target), str(draft), device="cpu", dtype=dtype))
+    """As a user builds one: loaded by SpeculativeWhisper itself, so with the packed CPU kernels."""
+    return SpeculativeWhisper(draft_model=str(draft), final_model=str(target), device="cpu", dtype=dtype)
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +75,7 @@ def float64_pair(demo_models) -> SpeculativeWhisper:
 @pytest.fixture(scope="session")
 def real_models() -> dict[str, Path]:
     """The bundled real checkpoints as transformers folders: "base" (multilingual) and "tiny.en"."""
-    from specdec.bundled import BUNDLES, bundled_folder
+    from specdec.whisper.bundled import BUNDLES, bundled_folder
 
     return {name: bundled_folder(BUNDLES[name]) for name in ("base", "tiny.en")}
 
@@ -105,9 +106,9 @@ def app_url(demo_models) -> str:
     import socket
 
     import app
-    from specdec import web
+    from specdec.app import store as stores
 
-    store = web.ModelStore(web.demo_pairs(demo_models["target"].parent), device="cpu")
+    store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
     store.whisper(store.default_pair)
     demo = app.build_demo(store, app.banner_html(store, demo_mode=True, load_error=None))
     with socket.socket() as probe:

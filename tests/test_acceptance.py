@@ -1,4 +1,4 @@
-"""Tests for specdec.acceptance against brute-force references, not against its own code.
+"""Tests for specdec.engine.acceptance against brute-force references, not against its own code.
 
 Greedy: a plain Python loop over the draft. Sampling: the paper's rule enumerated exactly (in rational
 arithmetic) over every draft sequence on a tiny vocabulary, where the target and draft distributions
@@ -16,7 +16,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specdec.acceptance import Verdict, greedy_accept, residual_probs, speculative_sample
+from specdec.engine.acceptance import Verdict, greedy_accept, residual_probs, speculative_sample
 
 Prefix = tuple[int, ...]
 Table = dict[Prefix, list[Fraction]]  # prefix -> distribution of the next token, shape (vocab,)

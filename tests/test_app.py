@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from specdec import highlight, plots, web
-from specdec.compare import Comparison, verdict
+from specdec.app import compare, highlight, plots, views
+from specdec.app import store as stores
+from specdec.app.views import Comparison, verdict
 from specdec.options import DecodeOptions
-from specdec.trace import ACCEPTED, CORRECTED, DecodeResult, Step, TokenRecord
+from specdec.trace import ACCEPTED, CORRECTED, DRAFT_MODEL, DecodeResult, Encoding, Pass, Step, TokenRecord
 from specdec.wer import alignment_html, word_errors
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -22,20 +23,22 @@ SEPARATE = "separate"
 
 
 @pytest.fixture(scope="module")
-def store(demo_models) -> web.ModelStore:
+def store(demo_models) -> stores.ModelStore:
     target = str(demo_models["target"])
     pairs = {
         SEPARATE: (target, str(demo_models["draft-separate"])),
         SHARED: (target, str(demo_models["draft-shared"])),
     }
-    return web.ModelStore(pairs, device="cpu")
+    return stores.ModelStore(pairs, device="cpu")
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["text", "timestamps"])
-def view(store, request) -> web.CompareView:
+def view(store, request) -> views.CompareView:
     reference = (ASSETS / "en-fellow-americans.txt").read_text()
-    compare_request = web.CompareRequest(CLIP, SHARED, "en", timestamps=request.param, reference=reference)
-    return web.compare_clip(store, compare_request)
+    compare_request = compare.CompareRequest(
+        CLIP, SHARED, "en", timestamps=request.param, reference=reference
+    )
+    return compare.compare_clip(store, compare_request)
 
 
 def test_outputs_are_identical_and_say_so(view):
@@ -117,8 +120,8 @@ def test_runs_alternate_their_order(store):
 
 
 def test_sampling_verdict_is_not_an_alarm(store):
-    request = web.CompareRequest(CLIP, SEPARATE, "en", temperature=1.0, seed=3)
-    comparison = web.compare_clip(store, request).comparison
+    request = compare.CompareRequest(CLIP, SEPARATE, "en", temperature=1.0, seed=3)
+    comparison = compare.compare_clip(store, request).comparison
     message, good = verdict(comparison)
     assert good and (comparison.identical or "same distribution" in message)
 
@@ -128,7 +131,7 @@ def test_a_mismatch_is_loud(view):
     swapped = Comparison(comparison.baseline, _other_transcription(comparison), comparison.options, True)
     message, good = verdict(swapped)
     assert not good and "DIFFERENT" in message
-    assert "🚨" in web.verdict_html(swapped)
+    assert "🚨" in views.verdict_html(swapped)
 
 
 def _other_transcription(comparison):
@@ -150,9 +153,9 @@ def _other_transcription(comparison):
 def test_bad_audio_is_a_clear_error_and_the_next_request_works(store, tmp_path, make_clip, message):
     bad = tmp_path / "not-audio.wav"
     make_clip(bad)
-    with pytest.raises(web.UserError, match=message):
-        web.compare_clip(store, web.CompareRequest(str(bad), SEPARATE, "en"))
-    assert web.compare_clip(store, web.CompareRequest(CLIP, SEPARATE, "en")).comparison.identical
+    with pytest.raises(stores.UserError, match=message):
+        compare.compare_clip(store, compare.CompareRequest(str(bad), SEPARATE, "en"))
+    assert compare.compare_clip(store, compare.CompareRequest(CLIP, SEPARATE, "en")).comparison.identical
 
 
 @pytest.mark.parametrize(
@@ -165,25 +168,25 @@ def test_bad_audio_is_a_clear_error_and_the_next_request_works(store, tmp_path, 
 )
 def test_bad_requests_are_clear_errors(store, request_fields, message):
     fields = {"audio": CLIP, "pair": SEPARATE, "language": "en", **request_fields}
-    with pytest.raises(web.UserError, match=message):
-        web.compare_clip(store, web.CompareRequest(**fields))
+    with pytest.raises(stores.UserError, match=message):
+        compare.compare_clip(store, compare.CompareRequest(**fields))
 
 
 def test_a_model_that_cannot_load_says_which_pair_runs_offline(tmp_path):
-    store = web.ModelStore({"pair": (str(tmp_path / "no-such-model"), str(tmp_path / "nor-this"))}, "cpu")
-    with pytest.raises(web.UserError, match="bundled pair"):
+    store = stores.ModelStore({"pair": (str(tmp_path / "no-such-model"), str(tmp_path / "nor-this"))}, "cpu")
+    with pytest.raises(stores.UserError, match="bundled pair"):
         store.whisper("pair")
 
 
 def test_silence_is_decoded_without_error(store, tmp_path):
     path = tmp_path / "silence.wav"
     sf.write(path, np.zeros(16_000 * 2, dtype=np.float32), 16_000)
-    view = web.compare_clip(store, web.CompareRequest(str(path), SHARED, "en"))
+    view = compare.compare_clip(store, compare.CompareRequest(str(path), SHARED, "en"))
     assert view.comparison.identical
 
 
 def test_transcribe_only_returns_text_tokens_and_stats(store):
-    text, tokens_html, stats = web.transcribe_clip(store, web.CompareRequest(CLIP, SHARED, "en"))
+    text, tokens_html, stats = compare.transcribe_clip(store, compare.CompareRequest(CLIP, SHARED, "en"))
     assert text and "specdec-tokens" in tokens_html and stats["speculative"]["num_target_passes"] > 0
 
 
@@ -204,7 +207,7 @@ def test_requests_and_views_pickle_for_zero_gpu(view):
     """ZeroGPU pickles a GPU task's arguments and results between processes."""
     import pickle
 
-    request = web.CompareRequest(CLIP, SHARED, "en", reference="text")
+    request = compare.CompareRequest(CLIP, SHARED, "en", reference="text")
     assert pickle.loads(pickle.dumps(request)) == request
     restored = pickle.loads(pickle.dumps(view))
     assert restored.comparison.identical and restored.tokens_html == view.tokens_html
@@ -214,9 +217,9 @@ def test_zero_gpu_time_limit_grows_with_the_clip(tmp_path):
     short, long = tmp_path / "short.wav", tmp_path / "long.wav"
     sf.write(short, np.zeros(16_000 * 5, dtype=np.float32), 16_000)
     sf.write(long, np.zeros(16_000 * 600, dtype=np.float32), 8_000)  # 20 minutes by its header
-    assert web.gpu_seconds(web.CompareRequest(str(short), "draft")) == 61
-    assert web.gpu_seconds(web.CompareRequest(str(long), "draft")) == 300  # the cap
-    assert web.gpu_seconds(web.CompareRequest(None, "draft")) == 70  # no audio: the task says so
+    assert compare.gpu_seconds(compare.CompareRequest(str(short), "draft")) == 61
+    assert compare.gpu_seconds(compare.CompareRequest(str(long), "draft")) == 300  # the cap
+    assert compare.gpu_seconds(compare.CompareRequest(None, "draft")) == 70  # no audio: the task says so
 
 
 def test_planted_steps_give_the_exact_spans(store):
@@ -226,8 +229,8 @@ def test_planted_steps_give_the_exact_spans(store):
     a, b, c, x, y, z = (tokenizer.encode(f" {word}", add_special_tokens=False)[0] for word in words)
     eos = tokenizer.eos_token_id
     steps = (
-        Step(0, 0, (a, b, c), 1, x, 0.01, 0.02, 0.1),
-        Step(1, 0, (y, z), 1, eos, 0.01, 0.02, 0.2),
+        Step(0, 0, 0, DRAFT_MODEL, (a, b, c), 1, x),
+        Step(1, 0, 1, DRAFT_MODEL, (y, z), 1, eos),
     )
     tokens = (
         TokenRecord(a, ACCEPTED, 0, 0, 0.9, 0.8),
@@ -235,7 +238,8 @@ def test_planted_steps_give_the_exact_spans(store):
         TokenRecord(y, ACCEPTED, 1, 0, 0.9, 0.8),
         TokenRecord(eos, CORRECTED, 1, 0, 0.6, 0.2, kept=False),
     )
-    result = DecodeResult((a, x, y), (), "en", tokens, steps, 0.1, 0.3)
+    passes = (Pass(0, 1, 0.1, 0.01, 0.02), Pass(1, 1, 0.2, 0.01, 0.02))
+    result = DecodeResult((a, x, y), (), "en", tokens, steps, passes, (Encoding(0, "target", 1, 0.1),), 0.3)
     spans = highlight.token_spans(result, tokenizer, timestamp_begin=10**9)
     assert [(span.text, span.label) for span in spans] == [
         (" one", ACCEPTED), (" two", highlight.REJECTED), (" three", highlight.REJECTED),
@@ -248,13 +252,13 @@ def test_planted_steps_give_the_exact_spans(store):
 
 
 def test_unknown_language_is_a_clear_error(store):
-    with pytest.raises(web.UserError, match="unsupported language 'klingon'"):
-        web.compare_clip(store, web.CompareRequest(CLIP, SHARED, "klingon"))
+    with pytest.raises(stores.UserError, match="unsupported language 'klingon'"):
+        compare.compare_clip(store, compare.CompareRequest(CLIP, SHARED, "klingon"))
 
 
 def test_comparisons_alternate_which_run_goes_first(store):
     firsts = [
-        web.compare_clip(store, web.CompareRequest(CLIP, SHARED, "en")).comparison.baseline_first
+        compare.compare_clip(store, compare.CompareRequest(CLIP, SHARED, "en")).comparison.baseline_first
         for _ in "ab"
     ]
     assert firsts[0] != firsts[1]
@@ -272,4 +276,4 @@ def test_translation_is_scored_with_the_english_normaliser(view):
     for task, expected in (("translate", "WER 0.0%"), ("transcribe", "WER 50.0%")):
         options = DecodeOptions(language="de", task=task)
         scored = dataclasses.replace(comparison, baseline=baseline, speculative=speculative, options=options)
-        assert web.wer_html("The colour.", scored).count(expected) == 2
+        assert views.wer_html("The colour.", scored).count(expected) == 2

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from specdec import highlight, plots, web
+from specdec.app import compare, highlight, plots, views
+from specdec.app import store as stores
 from specdec.audio import SAMPLE_RATE
-from specdec.decoding import timestamp_begin
-from specdec.trace import TARGET, DecodeResult, Step, TokenRecord, Window
+from specdec.trace import DRAFT_MODEL, NO_PROPOSAL, TARGET, DecodeResult, Step, TokenRecord, Window
+from specdec.whisper.tokens import timestamp_begin
 
 ASSETS = Path(__file__).parent.parent / "assets"
 LONG_SECONDS = 45  # two windows in either mode, and quick on the demo models
@@ -21,8 +22,8 @@ SHARED = "shared"
 
 
 @pytest.fixture(scope="module")
-def store(demo_models) -> web.ModelStore:
-    return web.ModelStore({SHARED: (str(demo_models["target"]), str(demo_models["draft-shared"]))}, "cpu")
+def store(demo_models) -> stores.ModelStore:
+    return stores.ModelStore({SHARED: (str(demo_models["target"]), str(demo_models["draft-shared"]))}, "cpu")
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +49,11 @@ class Progress:
 
 
 @pytest.fixture(scope="module", params=["sequential", "chunked"])
-def long_run(store, long_clip, request) -> tuple[web.CompareView, list[tuple[float, str]]]:
+def long_run(store, long_clip, request) -> tuple[views.CompareView, list[tuple[float, str]]]:
     """The Compare view of the long clip in one mode, and every progress report on the way."""
     progress = Progress()
-    compare_request = web.CompareRequest(str(long_clip), SHARED, "en", long_form=request.param)
-    return web.compare_clip(store, compare_request, progress), progress.reports
+    compare_request = compare.CompareRequest(str(long_clip), SHARED, "en", long_form=request.param)
+    return compare.compare_clip(store, compare_request, progress), progress.reports
 
 
 def test_both_modes_give_the_targets_own_output(long_run):
@@ -136,11 +137,11 @@ def test_timestamps_count_from_the_start_of_the_file(long_run):
 
 def test_transcribe_only_goes_long_form_with_progress(store, long_clip):
     progress = Progress()
-    request = web.CompareRequest(str(long_clip), SHARED, "en", long_form="chunked")
-    text, tokens_html, stats = web.transcribe_clip(store, request, progress)
+    request = compare.CompareRequest(str(long_clip), SHARED, "en", long_form="chunked")
+    text, tokens_html, stats = compare.transcribe_clip(store, request, progress)
     assert "specdec-tokens" in tokens_html and [w["chunk"] for w in stats["windows"]] == [0, 1]
     assert any(desc.startswith("speculative: chunk 2 of 2") for _, desc in progress.reports)
-    compared = web.compare_clip(store, request)
+    compared = compare.compare_clip(store, request)
     assert text == compared.speculative_text
 
 
@@ -149,13 +150,16 @@ def test_planted_timestamps_are_shown_in_file_seconds(store):
     target = store.whisper(SHARED).pair.target
     begin = timestamp_begin(target.model.generation_config)
     one_second, two_seconds = begin + 50, begin + 100
-    steps = (Step(0, 0, (), 0, begin, 0, 0, 0), Step(1, 1, (two_seconds,), 0, one_second, 0, 0, 0))
+    steps = (
+        Step(0, 0, 0, NO_PROPOSAL, (), 0, begin),
+        Step(1, 1, 1, DRAFT_MODEL, (two_seconds,), 0, one_second),
+    )
     tokens = (
         TokenRecord(begin, TARGET, 0, 0, 1.0, None),
         TokenRecord(one_second, "corrected", 1, 1, 1.0, 0.5),
     )
     windows = (Window(0, 0.0, 27.5), Window(1, 27.5, 30.0))
-    result = DecodeResult((begin, one_second), (), "en", tokens, steps, 0, 0, windows)
+    result = DecodeResult((begin, one_second), (), "en", tokens, steps, (), (), 0, windows)
     spans = highlight.token_spans(result, target.processor.tokenizer, begin)
     assert [span.text for span in spans] == ["⟨0.00⟩", "⟨29.50⟩", "⟨28.50⟩"]
 
@@ -163,22 +167,24 @@ def test_planted_timestamps_are_shown_in_file_seconds(store):
 def test_a_clip_over_the_limit_is_refused_naming_the_limit(store, long_clip, tmp_path, monkeypatch):
     too_long = tmp_path / "too-long.wav"
     sf.write(too_long, np.zeros(601 * SAMPLE_RATE, dtype=np.int16), SAMPLE_RATE)
-    with pytest.raises(web.UserError, match=r"^too-long.wav is 601.0 s long; the limit is 10 min$"):
-        web.compare_clip(store, web.CompareRequest(str(too_long), SHARED, "en"))
+    with pytest.raises(stores.UserError, match=r"^too-long.wav is 601.0 s long; the limit is 10 min$"):
+        compare.compare_clip(store, compare.CompareRequest(str(too_long), SHARED, "en"))
     monkeypatch.setattr(store, "max_seconds", 40.0)
-    with pytest.raises(web.UserError, match=r"long.wav is 45.0 s long; the limit is 40 s"):
-        web.transcribe_clip(store, web.CompareRequest(str(long_clip), SHARED, "en"))
+    with pytest.raises(stores.UserError, match=r"long.wav is 45.0 s long; the limit is 40 s"):
+        compare.transcribe_clip(store, compare.CompareRequest(str(long_clip), SHARED, "en"))
 
 
 def test_an_unknown_long_form_mode_is_a_clear_error(store, long_clip):
-    with pytest.raises(web.UserError, match="Unknown long-audio mode 'parallel'; choose sequential or"):
-        web.compare_clip(store, web.CompareRequest(str(long_clip), SHARED, "en", long_form="parallel"))
+    with pytest.raises(stores.UserError, match="Unknown long-audio mode 'parallel'; choose sequential or"):
+        compare.compare_clip(
+            store, compare.CompareRequest(str(long_clip), SHARED, "en", long_form="parallel")
+        )
 
 
 def test_the_limit_from_a_flag_or_the_environment(monkeypatch):
     import app
 
-    assert app.parse_args([]).max_seconds == web.MAX_APP_SECONDS == 600
+    assert app.parse_args([]).max_seconds == stores.MAX_APP_SECONDS == 600
     monkeypatch.setenv("SPECDEC_MAX_SECONDS", "120")
     assert app.parse_args([]).max_seconds == 120
     assert app.parse_args(["--max-seconds", "90"]).max_seconds == 90

@@ -10,13 +10,14 @@ import huggingface_hub
 import pytest
 
 import app
-from specdec import web
+from specdec.app import compare
+from specdec.app import store as stores
 
 ASSETS = Path(__file__).parent.parent / "assets"
 
 
 @pytest.fixture(scope="module")
-def served(real_models) -> tuple[web.ModelStore, list[tuple[str, str]]]:
+def served(real_models) -> tuple[stores.ModelStore, list[tuple[str, str]]]:
     """The store app.py makes, and the dropdown's choices, as on a machine without the hub."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -26,7 +27,7 @@ def served(real_models) -> tuple[web.ModelStore, list[tuple[str, str]]]:
 
 
 @pytest.fixture(scope="module")
-def store(served) -> web.ModelStore:
+def store(served) -> stores.ModelStore:
     return served[0]
 
 
@@ -40,14 +41,16 @@ def test_the_default_pair_is_the_bundled_real_one(served):
     assert shown[store.default_pair] == store.default_pair  # available: no note
     large = [label for label, (target, _) in store.pairs.items() if target == "large-v3"]
     assert len(large) == 3 and all("unavailable: openai/whisper-large-v3" in shown[label] for label in large)
-    with pytest.raises(web.UserError, match="bundled pair"):
+    with pytest.raises(stores.UserError, match="bundled pair"):
         store.whisper(large[0])
 
 
 def test_a_real_transcript_with_the_identical_badge(store):
     clip = ASSETS / "en-fellow-americans.wav"
     reference = clip.with_suffix(".txt").read_text()
-    view = web.compare_clip(store, web.CompareRequest(str(clip), store.default_pair, reference=reference))
+    view = compare.compare_clip(
+        store, compare.CompareRequest(str(clip), store.default_pair, reference=reference)
+    )
     assert view.comparison.identical and "Identical" in view.verdict_html
     assert view.speculative_text.startswith("And so my fellow Americans, ask")
     assert view.comparison.speculative.result.acceptance_rate > 0.7 and not view.note
@@ -55,7 +58,7 @@ def test_a_real_transcript_with_the_identical_badge(store):
 
 
 def test_an_english_only_draft_on_german_is_explained(store):
-    request = web.CompareRequest(str(ASSETS / "de-bahnhof.wav"), store.default_pair)
-    text, _, stats = web.transcribe_clip(store, request)
+    request = compare.CompareRequest(str(ASSETS / "de-bahnhof.wav"), store.default_pair)
+    text, _, stats = compare.transcribe_clip(store, request)
     assert stats["language"] == "de" and text
     assert "drafts English only: on de audio" in stats["note"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from gradio_client import Client, handle_file
 
-from specdec import web
+from specdec.app import store as stores
 
 CLIP = Path(__file__).parent.parent / "assets" / "de-bahnhof.wav"
-SHARED_DRAFT = list(web.DEMO_PAIRS)[1]
+SHARED_DRAFT = list(stores.DEMO_PAIRS)[1]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Batched speculative decoding: every row's output is its clip's output decoded alone, for every draft kind.
 
 The batches mix clips of different lengths and spoken languages (assets/*.wav in English, German and
-Spanish, and test_pairs' noise and bursts); the one-row loop they are compared with is itself checked
-against transformers' generate() in test_pairs.py. Beyond the output, the tests check what batching is
+Spanish, and test_lossless' noise and bursts); each clip decoded alone (a batch of one) is itself checked
+against transformers' generate() in test_lossless.py. Beyond the output, the tests check what batching is
 for: rows accept different numbers of draft tokens in the same batched step, and a row that finishes
 leaves the batch (the target runs exactly as many row-passes as the rows' own steps add up to).
 """
@@ -17,16 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_pairs import CLIPS
+from test_lossless import CLIPS
 
-from specdec import batching, cli
+from specdec import cli
+from specdec.api import BatchAudioError, SpeculativeWhisper
 from specdec.audio import AudioError, load_audio
-from specdec.batch_runner import BatchRunner
-from specdec.decoding import language_token_id
+from specdec.engine import windows
+from specdec.engine.cache import CachedDecoder
 from specdec.options import DecodeOptions
-from specdec.runner import DecoderRunner, encode
-from specdec.trace import ACCEPTED, TARGET
-from specdec.transcriber import BatchAudioError, SpeculativeWhisper, _features
+from specdec.trace import ACCEPTED
+from specdec.whisper.features import encode, features
+from specdec.whisper.tokens import language_token_id
 
 ASSETS = Path(__file__).parent.parent / "assets"
 MAX_NEW_TOKENS = 40
@@ -60,14 +61,14 @@ def assert_same_outputs(batched: list, alone: list) -> None:
         assert together.result.prompt_ids == single.result.prompt_ids and together.language == single.language
 
 
-@pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
-def test_batch_equals_alone_for_each_kind(pair_of_each_kind, timestamps):
-    kind, whisper = pair_of_each_kind
-    options = DecodeOptions(timestamps=timestamps, max_new_tokens=MAX_NEW_TOKENS)  # language detected
-    batched = decode_together(whisper, options)
-    assert_same_outputs(batched, decode_alone(whisper, options))
+def test_a_batch_of_speech_and_noise_equals_each_clip_alone(separate_pair):
+    """Every option and draft kind at batch sizes 1 and 3 is in test_lossless.py; here five clips of
+    2-9 s, speech in three languages and noise, in one batch, each row with a self-consistent trace."""
+    options = DecodeOptions(max_new_tokens=MAX_NEW_TOKENS)  # language detected
+    batched = decode_together(separate_pair, options)
+    assert_same_outputs(batched, decode_alone(separate_pair, options))
     drafted = sum(t.result.num_drafted for t in batched)
-    assert 0 < sum(t.result.num_accepted for t in batched) < drafted, f"{kind}: accept and reject paths"
+    assert 0 < sum(t.result.num_accepted for t in batched) < drafted, "accept and reject paths"
     for transcription in batched:  # each row has a normal, self-consistent trace
         result = transcription.result
         assert tuple(token.token_id for token in result.tokens if token.kept) == result.token_ids
@@ -75,14 +76,19 @@ def test_batch_equals_alone_for_each_kind(pair_of_each_kind, timestamps):
         assert sum(token.label == ACCEPTED for token in result.tokens) == result.num_accepted
 
 
-def test_rows_with_different_prompt_languages(pair_of_each_kind, monkeypatch):
+def test_rows_with_different_prompt_languages(separate_pair, monkeypatch):
     """The random target detects one language for every clip, so the rows get en, de, es, ... as if detected;
-    each must decode as that clip alone with that language forced."""
-    _, whisper = pair_of_each_kind
+    each must decode as that clip alone with that language forced (the draft's prompt too, in its ids)."""
+    whisper = separate_pair
     config = whisper.pair.target.model.generation_config
     languages = ["en", "de", "es", "fr", "ja"]
     forced = [language_token_id(config, language) for language in languages]
-    monkeypatch.setattr(batching, "language_ids", lambda pair, options, hidden: forced[: hidden.shape[0]])
+    real_language_ids = windows.language_ids
+
+    def languages_of_rows(pair, options, hidden):  # a forced language still wins, as it does for real
+        return real_language_ids(pair, options, hidden) if options.language else forced[: hidden.shape[0]]
+
+    monkeypatch.setattr(windows, "language_ids", languages_of_rows)
     options = DecodeOptions(max_new_tokens=MAX_NEW_TOKENS)
     batched = decode_together(whisper, options)
     for language, together, waveform in zip(languages, batched, BATCH.values(), strict=True):
@@ -93,21 +99,21 @@ def test_rows_with_different_prompt_languages(pair_of_each_kind, monkeypatch):
 def test_rows_accept_their_own_number_and_finished_rows_leave(separate_pair, monkeypatch):
     target_model = separate_pair.pair.target.model
     target_batch_sizes = []
-    feed = BatchRunner.feed
+    feed = CachedDecoder.feed
 
-    def recording_feed(runner, token_ids):
-        if runner.model is target_model:
+    def recording_feed(decoder, token_ids):  # a spy: records the target's batch sizes, then feeds
+        if decoder.model is target_model:
             target_batch_sizes.append(len(token_ids))
-        return feed(runner, token_ids)
+        return feed(decoder, token_ids)
 
-    monkeypatch.setattr(BatchRunner, "feed", recording_feed)
+    monkeypatch.setattr(CachedDecoder, "feed", recording_feed)
     options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
     results = [t.result for t in decode_together(separate_pair, options)]
-    # rows of one batched step share its start time; in some step rows kept different numbers of drafts
+    # rows of one batched step share its pass; in some pass rows kept different numbers of drafts
     accepted_by_step = defaultdict(list)
     for result in results:
         for step in result.steps:
-            accepted_by_step[step.start_seconds].append(step.n_accepted)
+            accepted_by_step[step.pass_index].append(step.n_accepted)
     assert any(len(set(n_accepted)) > 1 for n_accepted in accepted_by_step.values())
     assert max(len(n) for n in accepted_by_step.values()) == len(BATCH)
     # round w decodes every clip's window w together: the target runs as many passes as that round's
@@ -120,41 +126,6 @@ def test_rows_accept_their_own_number_and_finished_rows_leave(separate_pair, mon
     assert len(target_batch_sizes) == sum(max(steps) for steps in steps_by_window.values())
     assert sum(target_batch_sizes) == sum(len(result.steps) for result in results)
     assert target_batch_sizes[0] == len(BATCH) and min(target_batch_sizes) == 1
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        DecodeOptions(language="en", adaptive=True, num_draft_tokens=2, max_draft_tokens=6),
-        DecodeOptions(language="en", num_draft_tokens=6, draft_confidence=0.5),
-        DecodeOptions(language="en", prompt_ids=(1012, 264, 1332, 13)),
-        DecodeOptions(language="de", task="translate", max_new_tokens=7),
-    ],
-    ids=["adaptive", "confidence-stop", "previous-text", "translate-budget"],
-)
-def test_draft_policies_and_prompts_keep_output(separate_pair, options):
-    options = dataclasses.replace(options, max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS)
-    assert_same_outputs(decode_together(separate_pair, options), decode_alone(separate_pair, options))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("timestamps", [False, True], ids=["text", "timestamps"])
-def test_float64_batch_equals_alone(float64_pair, timestamps):
-    """The float32 tests above pass as they are; in float64 a near-tie has even less room to flip on the
-    rounding differences between batched and one-row matrix products (three clips: float64 is slow)."""
-    clips = {name: BATCH[name] for name in ("en-weather", "de-bahnhof", "bursts-9s")}
-    options = DecodeOptions(timestamps=timestamps, max_new_tokens=MAX_NEW_TOKENS)
-    batched = decode_together(float64_pair, options, clips=clips)
-    assert_same_outputs(batched, decode_alone(float64_pair, options, clips=clips))
-
-
-def test_target_only_batch(separate_pair):
-    options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
-    batched = decode_together(separate_pair, options, speculative=False)
-    assert_same_outputs(batched, decode_alone(separate_pair, options, speculative=False))
-    for transcription in batched:
-        assert {token.label for token in transcription.result.tokens} == {TARGET}
-        assert transcription.result.num_target_passes == transcription.result.num_generated
 
 
 def test_seeded_sampling_in_a_batch_is_reproducible(separate_pair):
@@ -180,12 +151,12 @@ def test_unreadable_file_in_a_batch(separate_pair, tmp_path):
         separate_pair.transcribe(bad)
 
 
-def test_batch_runner_matches_one_row_runners(separate_pair):
-    """Ragged feeds (0 to 5 tokens a row) and per-row rollbacks give each row its own runner's logits."""
+def test_batched_cache_matches_one_row_caches(separate_pair):
+    """Ragged feeds (0 to 5 tokens a row) and per-row rollbacks give each row its own cache's logits."""
     model = separate_pair.pair.target.model
-    hidden = [encode(model, _features(separate_pair.pair.target, w))[0] for w in list(BATCH.values())[:3]]
-    alone = [DecoderRunner(model, h) for h in hidden]
-    together = BatchRunner(model, torch.cat(hidden))
+    hidden = [encode(model, features(separate_pair.pair.target, w))[0] for w in list(BATCH.values())[:3]]
+    alone = [CachedDecoder(model, h) for h in hidden]
+    together = CachedDecoder(model, torch.cat(hidden))
     generator = torch.Generator().manual_seed(0)
     prompt = separate_pair.pair.target.model.generation_config.decoder_start_token_id
     feeds = [[[prompt]] * 3] + [
@@ -202,16 +173,16 @@ def test_batch_runner_matches_one_row_runners(separate_pair):
             together.keep([0, 2])
             alone = [alone[0], alone[2]]
         rows = rows if len(alone) == 3 else [rows[0], rows[2]]
-        for runner, logits, tokens in zip(alone, together.feed(rows), rows, strict=True):
+        for decoder, logits, tokens in zip(alone, together.feed(rows), rows, strict=True):
             if tokens:
-                torch.testing.assert_close(logits, runner.feed(tokens), rtol=1e-4, atol=1e-4)
+                torch.testing.assert_close(logits, decoder.feed([tokens])[0], rtol=1e-4, atol=1e-4)
         lengths = [
             max(1, length - int(torch.randint(0, 3, (1,), generator=generator)))
             for length in together.lengths
         ]
         together.rollback(lengths)
-        for runner, length in zip(alone, lengths, strict=True):
-            runner.rollback(length)
+        for decoder, length in zip(alone, lengths, strict=True):
+            decoder.rollback([length])
 
 
 def test_cli_batch_with_a_bad_file(demo_models, separate_pair, tmp_path, capsys):

@@ -6,18 +6,20 @@ Runs on the demo checkpoints (seconds). Timings are never asserted: they are ben
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from specdec import kernels
-from specdec.bench import BenchOptions
-from specdec.bench_report import leviathan_bound, run_and_report
-from specdec.controlled import controlled_draft, judged, make_plan, plan_from
+from benchmarks.common import leviathan_bound
+from benchmarks.controlled import controlled, judged, make_plan, plan_from
+from benchmarks.tokens import BenchOptions
+from benchmarks.tokens_report import run_and_report
+from specdec.api import SpeculativeWhisper
+from specdec.engine import kernels
+from specdec.engine.draft_length import AdaptiveDraftLength, StepFacts
 from specdec.options import DecodeOptions
-from specdec.speculative import Row, adapt_draft_length
-from specdec.transcriber import SpeculativeWhisper
 
 MAX_NEW_TOKENS = 24
 ALPHAS = (0.0, 0.7, 1.0)
@@ -66,9 +68,8 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
         assert list(baseline.token_ids) == expected
         for alpha in ALPHAS:
             plan = plan_from(baseline, alpha, seed=seed)
-            with controlled_draft(whisper.pair, len(baseline.prompt_ids)) as controlled:
-                controlled.set_plan(plan)
-                result = whisper.transcribe_waveform(waveform, options).result
+            make_drafter = controlled(whisper.pair, [plan])  # an ordinary drafter in front of the draft model
+            result = whisper.transcribe_waveform(waveform, options, make_drafter=make_drafter).result
             assert list(result.token_ids) == expected, f"alpha {alpha}: output differs from generate()"
             examined = judged(result)
             # the target judged exactly the plan: accepted where it agrees, rejected where it does not
@@ -80,50 +81,42 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
     assert 0 < sum(outcomes_by_alpha[0.7]) < len(outcomes_by_alpha[0.7]), "both accepted and rejected drafts"
 
 
-def test_without_plan_the_hook_changes_nothing(separate_pair):
-    options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
-    waveform = _clips()[0]
-    plain = separate_pair.transcribe_waveform(waveform, options).result
-    with controlled_draft(separate_pair.pair, len(plain.prompt_ids)) as controlled:
-        controlled.set_plan(None)
-        hooked = separate_pair.transcribe_waveform(waveform, options).result
-    assert [s.drafted for s in hooked.steps] == [s.drafted for s in plain.steps]
-
-
-def test_packed_kernels_match_stock_linear_and_stay_inside_the_loop():
+def test_packed_kernels_match_stock_linear_stay_inside_the_loop_and_unpack():
     layer = torch.nn.Linear(64, 96)
+    model = torch.nn.ModuleDict({"decoder": torch.nn.Sequential(layer)})
     x = torch.randn(1, 6, 64)
     stock = layer(x)
-    assert kernels.install(torch.nn.ModuleDict({"decoder": torch.nn.Sequential(layer)})) in (0, 1)
+    assert kernels.pack(model) in (0, 1)
     assert torch.equal(layer(x), stock), "outside active() a packed layer is the stock one"
     with torch.inference_mode(), kernels.active():
         packed = layer(x)
     torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-5)
+    kernels.unpack(model)
+    assert type(layer) is torch.nn.Linear and not kernels.is_packed(model)
 
 
 def test_adaptive_pauses_a_useless_draft_and_resumes():
-    options = DecodeOptions(adaptive=True, num_draft_tokens=1)
-    row = Row(sequence=[0], prompt_length=1, num_draft_tokens=1)
-    drafted_at = []
-    for step in range(40):
-        if not row.paused:
-            drafted_at.append(step)
-            adapt_draft_length(row, used=1, n_accepted=0, options=options)
-        else:
-            adapt_draft_length(row, used=0, n_accepted=0, options=options)
+    policy = AdaptiveDraftLength(1, DecodeOptions(adaptive=True, num_draft_tokens=1))
+    rows = [SimpleNamespace(budget=100)]  # a test double for a row: only its budget
+
+    def step(n_accepted: int) -> int:
+        """One step: the policy's k, and what was accepted of a draft of that length."""
+        (k,) = policy.choose(rows, [1])
+        policy.observe(StepFacts([k], [min(n_accepted, k)], 0, 0.0, 0, 0.0))
+        return k
+
+    drafted_at = [index for index in range(40) if step(n_accepted=0)]
     assert drafted_at[:5] == [0, 2, 5, 10, 19] and len(drafted_at) == 6  # pauses 1, 2, 4, 8, 16, 16
-    adapt_draft_length(row, used=0, n_accepted=0, options=options)  # pauses run out ...
-    while row.paused:
-        adapt_draft_length(row, used=0, n_accepted=0, options=options)
-    adapt_draft_length(row, used=1, n_accepted=1, options=options)  # ... and one accepted token ends them
-    assert row.backoff == 0 and row.paused == 0 and row.num_draft_tokens == 2
+    while not step(n_accepted=1):  # the pauses run out, and one accepted token ends them
+        pass
+    assert policy.backoff == [0] and policy.paused == [0] and policy.choose(rows, [1]) == [2]
 
 
 def test_bench_small_preset_runs_every_configuration_with_generates_output(tmp_path, capsys):
     options = BenchOptions(
         size="small", quick=True, alphas=(0.8,), max_new_tokens=6, repeats=1, cache_dir=tmp_path / "models"
     )
-    report = run_and_report(options, tmp_path / "out", "python -m specdec bench --quick")
+    report = run_and_report(options, tmp_path / "out", "python -m benchmarks tokens --quick")
     rows = {row["config"]: row for row in report["rows"]}
     assert {"generate()", "specdec target-only", "assisted draft-shared k=5 α=0.8"} <= rows.keys()
     assert all(row["identical"] for row in rows.values())

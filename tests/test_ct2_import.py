@@ -16,16 +16,16 @@ import ctranslate2
 import huggingface_hub
 import numpy as np
 import pytest
-from test_pairs import reference_ids
+from test_lossless import reference_ids
 from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
 from specdec import cli
+from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.bundled import BUNDLES, BundleError, bundled_folder, installed_files
-from specdec.ct2_import import CheckpointError, import_ct2
-from specdec.models import ModelPair, locate_model
 from specdec.options import DecodeOptions
-from specdec.transcriber import SpeculativeWhisper
+from specdec.whisper.bundled import BUNDLES, BundleError, bundled_folder, installed_files
+from specdec.whisper.ct2 import CheckpointError, import_ct2
+from specdec.whisper.models import ModelPair, locate_model
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CLIPS = {  # clip -> language for the multilingual base (tiny.en is English-only)

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoProcessor, GenerationConfig, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.models.whisper.configuration_whisper import NON_SPEECH_TOKENS_MULTI
 
-from specdec.demo_models import SPECS, V2, VOCABULARY_FILE, build_models, build_tokenizer, non_speech_tokens
+from specdec.whisper.demo import SPECS, V2, VOCABULARY_FILE, build_models, build_tokenizer, non_speech_tokens
 
 PROMPT = ("<|startoftranscript|>", "<|en|>", "<|transcribe|>", "<|notimestamps|>")
 MAX_NEW_TOKENS = 40

@@ -9,13 +9,26 @@ rightly stops drafting: measured k = 0.)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from test_batching import BATCH, MAX_NEW_TOKENS, assert_same_outputs, decode_alone, decode_together
 
-from specdec.draft_cost import CostAwareDraftLength, RowAcceptance, expected_tokens
+from specdec.engine.draft_length import CostAwareDraftLength, RowAcceptance, StepFacts, expected_tokens
 from specdec.options import DecodeOptions
 
 ROWS = 8
+
+
+def rows_with_budgets(drafts: list[int]) -> list[SimpleNamespace]:
+    """Test doubles for rows: only their budget, which allows each `drafts[b]` draft tokens."""
+    return [SimpleNamespace(budget=most + 1) for most in drafts]
+
+
+def facts(
+    judged: list[tuple[int, int]], tokens_fed: int, verify: float, passes: int, draft: float
+) -> StepFacts:
+    return StepFacts([d for d, _ in judged], [a for _, a in judged], tokens_fed, verify, passes, draft)
 
 
 def chooser_after(
@@ -27,8 +40,8 @@ def chooser_after(
         for _ in range(alpha_steps):
             row.observe(5, 4)  # 4 accepted, the 5th judged and rejected: alpha -> 0.8
     chooser.steps = 1
-    chooser.observe(ROWS, intercept + slope * ROWS, 0, 0.0, [(0, 0)] * ROWS)
-    chooser.observe(ROWS * 6, intercept + slope * ROWS * 6, 5, 5 * draft_pass, [(0, 0)] * ROWS)
+    chooser.observe(facts([(0, 0)] * ROWS, ROWS, intercept + slope * ROWS, 0, 0.0))
+    chooser.observe(facts([(0, 0)] * ROWS, ROWS * 6, intercept + slope * ROWS * 6, 5, 5 * draft_pass))
     return chooser
 
 
@@ -48,39 +61,42 @@ def test_expected_tokens_is_leviathans_formula():
 def test_memory_bound_verify_drafts_long():
     """A verify pass costs the same for any number of tokens: draft as long as the bound allows."""
     chooser = chooser_after(slope=0.0, intercept=1.0, draft_pass=0.001)
-    assert chooser.choose([1] * ROWS, [30] * ROWS) == [12] * ROWS
-    assert chooser.choose([1] * ROWS, [3] * (ROWS - 1) + [0]) == [3] * (ROWS - 1) + [0]  # each row's budget
+    assert chooser.choose(rows_with_budgets([30] * ROWS), [1] * ROWS) == [12] * ROWS
+    budgets = rows_with_budgets([3] * (ROWS - 1) + [0])
+    assert chooser.choose(budgets, [1] * ROWS) == [3] * (ROWS - 1) + [0]  # each row's budget
 
 
 def test_compute_bound_verify_stops_drafting():
     """Each token costs its full share (no intercept) and drafts cost time: the target alone is fastest."""
     chooser = chooser_after(slope=0.1, intercept=0.0, draft_pass=0.2)
-    assert chooser.choose([1] * ROWS, [30] * ROWS) == [0] * ROWS
+    assert chooser.choose(rows_with_budgets([30] * ROWS), [1] * ROWS) == [0] * ROWS
 
 
 def test_partly_compute_bound_verify_drafts_short():
     """The 2-core figures at batch 8 (one-token pass 0.97 s, 8 x 6 tokens 2.6 s, draft pass 0.18 s)."""
     slope = (2.6 - 0.97) / (ROWS * 6 - ROWS)
     chooser = chooser_after(slope=slope, intercept=0.97 - slope * ROWS, draft_pass=0.18)
-    assert chooser.choose([1] * ROWS, [30] * ROWS)[0] in (1, 2, 3)
+    assert chooser.choose(rows_with_budgets([30] * ROWS), [1] * ROWS)[0] in (1, 2, 3)
 
 
 def test_exploration_then_choice():
     """Step 0 drafts k, step 1 drafts nothing (the line's low point), step 2 drafts k; then it decides."""
     chooser = CostAwareDraftLength(2, num_draft_tokens=4, max_draft_tokens=8)
-    assert chooser.choose([4, 4], [30, 30]) == [4, 4]
-    chooser.observe(16, 5.0, 4, 0.4, [(4, 4), (4, 1)])  # step 0: not a cost point (cross-attention)
+    rows = rows_with_budgets([30, 30])
+    assert chooser.choose(rows, [4, 4]) == [4, 4]
+    chooser.observe(facts([(4, 4), (4, 1)], 16, 5.0, 4, 0.4))  # step 0: not a cost point (cross-attention)
     assert chooser.costs.verify_points == []
-    assert chooser.choose([1, 1], [30, 30]) == [0, 0]
-    chooser.observe(2, 0.1, 0, 0.0, [(0, 0), (0, 0)])
-    assert chooser.choose([1, 1], [30, 30]) == [4, 4]
-    chooser.observe(10, 0.1, 4, 0.004, [(4, 4), (4, 4)])
-    assert chooser.choose([1, 1], [30, 30]) == [8, 8]  # free verify tokens, cheap drafts, high acceptance
+    assert chooser.choose(rows, [1, 1]) == [0, 0]
+    chooser.observe(facts([(0, 0), (0, 0)], 2, 0.1, 0, 0.0))
+    assert chooser.choose(rows, [1, 1]) == [4, 4]
+    chooser.observe(facts([(4, 4), (4, 4)], 10, 0.1, 4, 0.004))
+    assert chooser.choose(rows, [1, 1]) == [8, 8]  # free verify tokens, cheap drafts, high acceptance
 
 
-@pytest.mark.parametrize("pair_name", ["separate_pair", "shared_pair"])
-def test_cost_aware_batch_equals_alone(pair_name, request):
-    pair = request.getfixturevalue(pair_name)
+def test_cost_aware_batch_equals_alone_while_k_changes(shared_pair):
+    """Batch == alone for every option and kind is test_lossless.py's; here the batch's k really changes
+    between steps (exploration, then the measured choice), with accepted and rejected drafts."""
+    pair = shared_pair
     options = DecodeOptions(language="en", cost_aware=True, max_new_tokens=MAX_NEW_TOKENS)
     batched = decode_together(pair, options)
     assert_same_outputs(batched, decode_alone(pair, options))

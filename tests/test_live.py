@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import soxr
 
-from specdec import live, web
+from specdec.app import live
+from specdec.app import store as stores
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.options import DecodeOptions
-from specdec.streaming import StreamSession
+from specdec.streaming.session import StreamSession
 
 ASSETS = Path(__file__).parent.parent / "assets"
 BROWSER_RATE = 48_000
@@ -20,8 +21,8 @@ DRAFT = "separate"
 
 
 @pytest.fixture(scope="module")
-def store(demo_models) -> web.ModelStore:
-    return web.ModelStore({DRAFT: (str(demo_models["target"]), str(demo_models["draft-separate"]))}, "cpu")
+def store(demo_models) -> stores.ModelStore:
+    return stores.ModelStore({DRAFT: (str(demo_models["target"]), str(demo_models["draft-separate"]))}, "cpu")
 
 
 def speech(name: str = "en-weather", seconds: float = 4.0) -> np.ndarray:
@@ -133,14 +134,14 @@ def test_views_show_committed_tentative_and_sources(store):
 
 
 def test_bad_settings_and_chunks_are_user_errors(store):
-    with pytest.raises(web.UserError, match="Chunk length"):
+    with pytest.raises(stores.UserError, match="Chunk length"):
         live.open_listener(store, DRAFT, "en", 30.0, True)
-    with pytest.raises(web.UserError):
+    with pytest.raises(stores.UserError):
         live.open_listener(store, DRAFT, "klingon", 1.0, True)
     listener = live.open_listener(store, DRAFT, "en", 1.0, True)
-    with pytest.raises(web.UserError, match="sample rate"):
+    with pytest.raises(stores.UserError, match="sample rate"):
         live.hear(listener, (0, np.zeros(100, np.int16)))
-    with pytest.raises(web.UserError, match="NaN"):
+    with pytest.raises(stores.UserError, match="NaN"):
         live.hear(listener, (16_000, np.full(100, np.nan, np.float32)))
     assert live.hear(listener, None) is False
     assert "Press Record" in live.transcript_html(None)

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
+from benchmarks.__main__ import main
+from benchmarks.controlled import judged
+from benchmarks.long import LongBench, LongBenchOptions, long_clip
 from specdec.audio import SAMPLE_RATE
-from specdec.cli import main
-from specdec.controlled import judged
-from specdec.long_bench import LongBench, LongBenchOptions, long_clip
 
 
 def test_long_clip_is_the_assets_cycled_to_the_asked_length():
@@ -52,8 +52,8 @@ def test_every_chunk_follows_its_plan_and_keeps_the_target_output(bench):
 def test_cli_report(tmp_path, capsys):
     code = main(
         [
-            "bench", "--long", "--sizes", "small", "--minutes", "0.8", "--max-new-tokens", "6",
-            "--repeats", "1", "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
+            "long", "--size", "small", "--minutes", "0.8", "--max-new-tokens", "6",
+            "--rounds", "1", "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
         ]
     )  # fmt: skip
     assert code == 0

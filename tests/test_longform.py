@@ -19,11 +19,15 @@ import torch
 from transformers.models.whisper.tokenization_whisper import _find_longest_common_sequence
 from transformers.pipelines.automatic_speech_recognition import chunk_iter
 
-from specdec import chunking, longform
+from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio
-from specdec.decoding import WINDOW_FRAMES, decode_features, timestamp_begin, window_features
+from specdec.engine.windows import decode_clips
+from specdec.longform import chunked as chunking
+from specdec.longform.sequential import decode_sequential
 from specdec.options import DecodeOptions
-from specdec.transcriber import SpeculativeWhisper
+from specdec.whisper import features as features_module
+from specdec.whisper.features import pair_features, window_features
+from specdec.whisper.tokens import WINDOW_FRAMES, timestamp_begin
 
 ASSETS = Path(__file__).parent.parent / "assets"
 
@@ -82,7 +86,7 @@ def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
 def test_windowed_features_are_the_whole_file_features(separate_pair, draft):
     waveform = long_waveform(tail_seconds=1.234)
     model = separate_pair.pair.draft if draft else separate_pair.pair.target
-    windows = longform.model_features(model, waveform)
+    windows = features_module.model_features(model, waveform)
     whole = whole_features(separate_pair, waveform, draft)
     assert windows.shape == tuple(whole.shape)
     for seek in (0, 1234, WINDOW_FRAMES, whole.shape[-1] - 700, whole.shape[-1] - 1):
@@ -96,7 +100,7 @@ def test_windowed_features_are_the_whole_file_features(separate_pair, draft):
 @pytest.mark.parametrize("language", ["en", "de", None], ids=["en", "de", "detected-language"])
 def test_sequential_equals_generate(separate_pair, speculative, language):
     options = DecodeOptions(language=language)
-    result = longform.decode_sequential(separate_pair.pair, LONG, options, use_draft=speculative)
+    result = decode_sequential(separate_pair.pair, LONG, options, speculative)
     assert list(result.token_ids) == generate_long(separate_pair, LONG, options)
     starts = [window.start_seconds for window in result.windows]
     assert len(starts) >= 2 and starts[0] == 0.0 and starts == sorted(starts)
@@ -109,7 +113,7 @@ def test_sequential_equals_generate(separate_pair, speculative, language):
 def test_sequential_equals_generate_for_each_draft_kind(pair_of_each_kind):
     kind, whisper = pair_of_each_kind
     options = DecodeOptions(language="de")
-    result = longform.decode_sequential(whisper.pair, LONG, options)
+    result = decode_sequential(whisper.pair, LONG, options)
     assert list(result.token_ids) == generate_long(whisper, LONG, options), kind
     assert result.num_accepted > 0
 
@@ -120,9 +124,9 @@ def test_transcribe_a_long_file_reports_progress_and_reads_window_by_window(
     path = tmp_path / "long.flac"
     sf.write(path, LONG, SAMPLE_RATE)
     frames_per_call = []
-    log_mel = longform.WindowedFeatures.log_mel
+    log_mel = features_module.WindowedFeatures.log_mel
     monkeypatch.setattr(
-        longform.WindowedFeatures,
+        features_module.WindowedFeatures,
         "log_mel",
         lambda self, start, stop: (
             frames_per_call.append(min(stop, self.num_frames) - start) or log_mel(self, start, stop)
@@ -138,7 +142,7 @@ def test_transcribe_a_long_file_reports_progress_and_reads_window_by_window(
         progress=lambda done, message: reports.append((done, message)),
         **options,
     )
-    expected = longform.decode_sequential(separate_pair.pair, LONG, DecodeOptions(**options))
+    expected = decode_sequential(separate_pair.pair, LONG, DecodeOptions(**options))
     assert transcription.token_ids == expected.token_ids
     assert frames_per_call and max(frames_per_call) <= WINDOW_FRAMES  # never the whole file at once
     fractions = [done for done, _ in reports]
@@ -246,12 +250,7 @@ def test_batched_chunks_equal_each_chunk_alone_and_merge_like_the_pipeline(separ
     chunks = chunking.plan_chunks(len(LONG))
     together = chunking.decode_chunks(pair, LONG, chunks, options)
     alone = [
-        decode_features(
-            pair,
-            chunking.chunk_features(pair.target, LONG, chunk),
-            chunking.chunk_features(pair.draft, LONG, chunk),
-            options,
-        )
+        decode_clips(pair, [pair_features(pair, LONG[chunk.start : chunk.stop])], options)[0]
         for chunk in chunks
     ]
     assert len(chunks) == 3 and [r.token_ids for r in together] == [r.token_ids for r in alone]
@@ -282,7 +281,8 @@ def test_chunked_transcript_trace_and_file_relative_times(separate_pair):
     steps_per_chunk = Counter(result.windows[step.window].chunk for step in result.steps)
     stats = result.stats()
     assert max(steps_per_chunk.values()) <= stats["num_batched_passes"] < stats["num_target_passes"]
-    assert stats["verify_seconds"] < sum(step.verify_seconds for step in result.steps)
+    assert stats["verify_seconds"] == pytest.approx(sum(p.verify_seconds for p in result.passes))
+    assert len({e.index for e in result.encodings}) == len(result.encodings) < 2 * len(result.windows)
 
 
 @pytest.mark.slow

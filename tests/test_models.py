@@ -9,7 +9,7 @@ import huggingface_hub
 import pytest
 from transformers import BertConfig, BertModel
 
-from specdec.models import PairError, load_pair, resolve_model_name
+from specdec.whisper.models import PairError, load_pair, resolve_model_name
 
 
 def test_short_names_and_folders_resolve(tmp_path):

@@ -14,7 +14,7 @@ from transformers.generation.logits_process import (
     WhisperTimeStampLogitsProcessor,
 )
 
-from specdec.processing import LogitsPipeline
+from specdec.whisper.logits import LogitsPipeline
 
 VOCAB = 51866
 EOS = 50257

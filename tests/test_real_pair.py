@@ -16,17 +16,19 @@ import numpy as np
 import pytest
 import torch
 from test_longform import generate_long
-from test_pairs import reference_ids
+from test_lossless import reference_ids
 
-from specdec.acceptance import residual_probs
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.decoding import forced_prompt, language_token_id
+from specdec.engine.acceptance import residual_probs
+from specdec.engine.cache import CachedDecoder
+from specdec.engine.drafters import DraftModel
+from specdec.engine.state import Row
 from specdec.options import DecodeOptions
-from specdec.processing import LogitsPipeline
-from specdec.runner import DecoderRunner, encode
-from specdec.speculative import Drafter, Row
-from specdec.streaming import StreamOptions, StreamSession
+from specdec.streaming.session import StreamOptions, StreamSession
 from specdec.wer import word_errors
+from specdec.whisper.features import encode, features
+from specdec.whisper.logits import LogitsPipeline
+from specdec.whisper.tokens import forced_prompt, language_token_id
 
 ASSETS = Path(__file__).parent.parent / "assets"
 ENGLISH = ("en-fellow-americans", "en-weather")
@@ -139,16 +141,18 @@ def test_sampling_keeps_the_target_distribution_with_the_mapped_draft(real_pair)
     config = pair.target.model.generation_config
     options = DecodeOptions(language="en", temperature=1.0)
     prompt = forced_prompt(config, language_token_id(config, "en"), options)
-    target_hidden, _ = encode(pair.target.model, _features(pair.target, clip("en-weather")))
-    draft_hidden, _ = encode(pair.draft.model, _features(pair.draft, clip("en-weather")))
+    target_hidden, _ = encode(pair.target.model, features(pair.target, clip("en-weather")))
+    draft_hidden, _ = encode(pair.draft.model, features(pair.draft, clip("en-weather")))
     pipeline = LogitsPipeline(config, len(prompt), timestamps=False, temperature=1.0)
-    draft_prompt = pair.vocabulary.prompt_to_draft(prompt)
-    drafter = Drafter(DecoderRunner(pair.draft.model, draft_hidden), pair.vocabulary, draft_prompt, pipeline)
-    row = Row(list(prompt), len(prompt), num_draft_tokens=1)
-    proposal = drafter.propose(row, 1, options, torch.Generator().manual_seed(0))
+    draft_prompts = [pair.vocabulary.prompt_to_draft(prompt)]
+    drafter = DraftModel(CachedDecoder(pair.draft.model, draft_hidden), pair.vocabulary, draft_prompts)
+    row = Row(
+        list(prompt), len(prompt), 100, pipeline, torch.Generator().manual_seed(0), window=0, first_step=0
+    )
+    (proposal,) = drafter.propose([row], [1], options)
     draft_probs = proposal.draft_probs[0].double()  # (target vocab,)
-    logits = DecoderRunner(pair.target.model, target_hidden).feed(prompt)[-1:]
-    target_probs = pipeline.probs(pipeline.scores_at(prompt, [], logits))[0].double()
+    (logits,) = CachedDecoder(pair.target.model, target_hidden).feed([prompt])
+    target_probs = pipeline.probs(pipeline.scores_at(prompt, [], logits[-1:]))[0].double()
 
     assert abs(float(draft_probs.sum()) - 1) < 1e-5  # float32 softmax over 51865 tokens
     lacking = pair.vocabulary.target_to_draft < 0  # target tokens no draft token names
@@ -157,9 +161,3 @@ def test_sampling_keeps_the_target_distribution_with_the_mapped_draft(real_pair)
     assert 0.2 < float(overlap.sum()) < 0.999  # both accepted and rejected drafts happen here
     emitted = overlap + (1 - overlap.sum()) * residual_probs(target_probs, draft_probs)
     assert torch.allclose(emitted, target_probs, atol=1e-9)
-
-
-def _features(model, waveform: np.ndarray) -> torch.Tensor:
-    return model.processor.feature_extractor(
-        waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt"
-    ).input_features

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import WhisperProcessor
 
-from specdec.vocabulary import VocabularyMap
+from specdec.whisper.vocabulary import VocabularyMap
 
 TEXTS = [
     " And so my fellow Americans, ask not what your country can do for you.",

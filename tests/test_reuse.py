@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from specdec.audio import load_audio
-from specdec.decoding import decode_features
+from specdec.engine.drafters import PreviousHypothesis, Proposal, continuation
 from specdec.options import DecodeOptions
-from specdec.reuse import REUSED, HypothesisDrafter
-from specdec.speculative import Proposal
-from specdec.transcriber import _features
+from specdec.trace import DRAFT_MODEL, HYPOTHESIS
 
 ASSETS = Path(__file__).parent.parent / "assets"
 OPTIONS = DecodeOptions(language="en", adaptive=True, num_draft_tokens=4)
@@ -20,35 +16,40 @@ OPTIONS = DecodeOptions(language="en", adaptive=True, num_draft_tokens=4)
 class AlwaysRejectedDraftDouble:
     """Test double for a useless draft model: proposes a suppressed token, which the target never keeps."""
 
-    proposes_while_paused = False
+    free = False
 
     def __init__(self, token_id: int) -> None:
         self.token_id = token_id
         self.calls = 0
 
-    def propose(self, row, num_draft_tokens, options, generator) -> Proposal:
+    def propose(self, rows, num_draft_tokens, options) -> list[Proposal]:
         self.calls += 1
-        return Proposal([self.token_id] * num_draft_tokens, None, 0.0)
+        return [Proposal([self.token_id] * k, None, DRAFT_MODEL) for k in num_draft_tokens]
+
+    def keep(self, rows) -> None:
+        pass
 
 
 def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
     """The hypothesis holds the target's output except a garbled stretch; the useless draft model fills
     that stretch, gets paused, and the hypothesis must still propose as soon as it realigns."""
     model = separate_pair.pair.target.model
-    features = _features(separate_pair.pair.target, load_audio(ASSETS / "fr-marche.wav"))
-    alone = list(decode_features(separate_pair.pair, features, None, OPTIONS, use_draft=False).token_ids)
+    waveform = load_audio(ASSETS / "fr-marche.wav")
+    alone = list(separate_pair.transcribe_waveform(waveform, OPTIONS, speculative=False).token_ids)
     assert len(alone) >= 45
     config = model.generation_config
     garbled = [config.suppress_tokens[0]] * 10  # never the target's choice
     hypothesis = alone[:10] + garbled + alone[30:] + [config.eos_token_id]
     drafters = []
 
-    def wrap(_):
+    def previous_hypothesis(rows, draft_model):
         fallback = AlwaysRejectedDraftDouble(config.suppress_tokens[0])
-        drafters.append(HypothesisDrafter(hypothesis, fallback, model.config.vocab_size, torch.device("cpu")))
+        drafters.append(PreviousHypothesis([hypothesis] * len(rows), fallback, model.config.vocab_size))
         return drafters[-1]
 
-    result = decode_features(separate_pair.pair, features, None, OPTIONS, use_draft=False, wrap_drafter=wrap)
+    result = separate_pair.transcribe_waveform(
+        waveform, OPTIONS, False, make_drafter=previous_hypothesis
+    ).result
     assert list(result.token_ids) == alone  # exact, whatever the draft
     drafter = drafters[0]
     assert drafter.fallback.calls >= 6  # the draft model filled the garbled stretch, enough to be paused
@@ -57,10 +58,12 @@ def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
     for step in steps:
         generated = [record.token_id for record in result.tokens if record.step < step.index]
         previous = result.steps[step.index - 1] if step.index else None
-        just_rejected = previous and expected[-1] == REUSED and previous.n_accepted < len(previous.drafted)
-        expected.append(REUSED if drafter.continuation(generated) and not just_rejected else "other")
-    reused = [drafter.sources.get(step.index) == REUSED for step in steps]
-    assert reused == [source == REUSED for source in expected]
+        just_rejected = (
+            previous and expected[-1] == HYPOTHESIS and previous.n_accepted < len(previous.drafted)
+        )
+        expected.append(HYPOTHESIS if continuation(hypothesis, generated) and not just_rejected else "other")
+    reused = [step.source == HYPOTHESIS for step in steps]
+    assert reused == [source == HYPOTHESIS for source in expected]
     accepted_reused = sum(step.n_accepted for step, is_reused in zip(steps, reused, strict=True) if is_reused)
     print(f"{reused.count(True)} reused proposals, {accepted_reused} of their tokens accepted")
     assert reused.count(True) >= 4 and accepted_reused >= 25

@@ -1,4 +1,5 @@
-"""A file played as a live stream: `python -m specdec stream`, `specdec.playback` and the stream benchmark.
+"""A file played as a live stream: `python -m specdec stream`, `specdec.streaming.playback` and the stream
+benchmark.
 
 The CLI runs as a user runs it (a subprocess) on the demo models; real-time pacing runs on a fake clock.
 Timings are never asserted: latencies are benchmark figures.
@@ -15,10 +16,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from benchmarks.stream import StreamBenchOptions, goals, load_whispers, measure, table
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.playback import stream_audio, summarise
-from specdec.stream_bench import StreamBenchOptions, goals, load_whispers, measure, table
-from specdec.streaming import StreamOptions, Update
+from specdec.streaming.playback import stream_audio, summarise
+from specdec.streaming.session import StreamOptions, Update
 
 ASSETS = Path(__file__).parent.parent / "assets"
 
@@ -76,12 +77,6 @@ def test_stream_user_errors_are_one_line(demo_models, tmp_path, content, args, e
     assert result.returncode == exit_code
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert result.stderr.startswith("specdec: error:") and message in result.stderr
-
-
-def test_bench_stream_refuses_models_that_never_end_in_one_line():
-    result = run_cli("bench", "--stream", "--sizes", "large-v3")
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "--sizes small" in result.stderr
 
 
 class FakeClock:
@@ -169,5 +164,5 @@ def test_stream_bench_checks_every_update_and_reports_goals(shared_pair):
     found = goals(rows, ["draft-shared"], 1.0)
     assert [goal["met"] is not None for goal in found] == [True, True]
     assert "target alone" in table(rows)
-    with pytest.raises(ValueError, match="--sizes small"):
+    with pytest.raises(ValueError, match="--size small"):
         load_whispers(StreamBenchOptions(size="large-v3"))

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.decoding import timestamp_begin
 from specdec.options import DecodeOptions
-from specdec.streaming import StreamOptions, StreamSession
+from specdec.streaming.session import StreamOptions, StreamSession
 from specdec.trace import TARGET, DecodeResult, TokenRecord
+from specdec.whisper.tokens import timestamp_begin
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CHUNK = SAMPLE_RATE  # 1 s
@@ -116,6 +116,6 @@ def test_a_segment_end_past_the_audio_cuts_no_further_than_the_buffer(separate_p
     session.committed = [begin, 400, 370, begin + 250]  # <|0.00|> two words <|5.00|>: past the 4 s heard
     session.hypothesis = [*session.committed, begin + 250, 500]  # and the next segment begins
     records = [TokenRecord(token, TARGET, 0, 0, 1.0, None) for token in session.hypothesis]
-    session._trim(DecodeResult(tuple(session.hypothesis), (), "en", tuple(records), (), 0.0, 0.0))
+    session._trim(DecodeResult(tuple(session.hypothesis), (), "en", tuple(records), (), (), (), 0.0))
     assert session.buffer_start_seconds == session.stream_seconds == 4.0 and len(session.buffer) == 0
     assert session.hypothesis == [begin + 50, 500]  # the rest, timestamps moved back by the 4 s cut

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import WhisperProcessor
 
-from specdec.vocabulary import VocabularyError, VocabularyMap
+from specdec.whisper.vocabulary import VocabularyError, VocabularyMap
 
 EOT, SOT, FIRST_LANGUAGE = 50257, 50258, 50259
 V2_SIZE, V3_SIZE = 51865, 51866

@@ -1,0 +1,86 @@
+"""`python -m benchmarks NAME [options]` (from a checkout): one runner for every benchmark.
+
+    tokens   every way to decode the same clips (generate(), assisted generation, specdec at planted α)
+    batch    batch sizes 1-16 against the batched target alone
+    long     a long clip in chunked mode
+    stream   live streams: hypothesis reuse, the draft model alone, the target alone
+    real     the bundled real pair on real clips: WER, acceptance, decode and end-to-end time
+
+Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
+field is its help). The JSON report goes to --out; the exit code is 1 if any output differed from the
+target alone's.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores; timings are
+# taken on shared machines. Read by the OpenMP runtime when torch loads: set before anything imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import importlib  # noqa: E402
+import inspect  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+# name -> (module with the options dataclass, its name, module with run_and_report)
+BENCHMARKS = {
+    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens_report"),
+    "batch": ("benchmarks.batch", "BatchBenchOptions", "benchmarks.batch"),
+    "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
+    "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
+    "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
+}
+TYPES = {"int": int, "float": float, "str": str, "Path": Path}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="benchmark", required=True, metavar="NAME")
+    for name, (module, options_class, _) in BENCHMARKS.items():
+        options_type = getattr(importlib.import_module(module), options_class)
+        _add_options(commands.add_parser(name, help=_first_line(module)), options_type)
+    args = parser.parse_args(argv)
+    module, options_class, runner = BENCHMARKS[args.benchmark]
+    options_type = getattr(importlib.import_module(module), options_class)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(options_type)}
+    options = options_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    command = "python -m benchmarks " + " ".join(argv)
+    report = importlib.import_module(runner).run_and_report(options, Path(args.out), command)
+    return 0 if report["identical"] else 1
+
+
+def _add_options(command: argparse.ArgumentParser, options_type: type) -> None:
+    helps = _field_comments(options_type)
+    for field in dataclasses.fields(options_type):
+        flag = "--" + field.name.replace("_", "-")
+        default = field.default
+        annotation = str(field.type)
+        help_text = f"{helps.get(field.name, '')} (default: {default})"
+        if annotation == "bool":
+            command.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            continue
+        kind = next((t for name, t in TYPES.items() if re.search(rf"\b{name}\b", annotation)), str)
+        nargs = "+" if annotation.startswith("tuple") else None
+        command.add_argument(flag, type=kind, nargs=nargs, default=default, help=help_text)
+    command.add_argument("--out", default="bench-results", help="folder for the JSON (and HTML) report")
+
+
+def _field_comments(options_type: type) -> dict[str, str]:
+    """Each field's `# comment` in the dataclass's source: its help."""
+    source = inspect.getsource(options_type)
+    return dict(re.findall(r"^\s+(\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, flags=re.M))
+
+
+def _first_line(module: str) -> str:
+    doc = importlib.import_module(module).__doc__ or ""
+    return doc.strip().splitlines()[0].split(": ", 1)[-1] if doc else module
+
+
+if __name__ == "__main__":
+    sys.exit(main())

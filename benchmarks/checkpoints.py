@@ -1,0 +1,136 @@
+"""Random-weight checkpoints with real Whisper architectures, so that benchmark costs are real.
+
+No weights are downloaded: the configurations of whisper-large-v3, whisper-tiny and distil-large-v3 are
+written below, the tokenizers are the demo models' (openai/whisper's real vocabularies, special tokens at
+the hub ids), the weights are transformers' own random initialisation. Their transcripts are
+meaningless; their compute is that of the real models, which is what the benchmark measures
+(agreement between draft and target is planted separately, see `specdec.controlled`).
+
+Two adjustments keep every benchmark run the same length: the target's `<|endoftext|>` and timestamp
+rows of the (tied) token embedding are zero, so their logit is 0 against random logits whose maximum
+is far above 0: the target never ends early nor emits timestamp pairs (which make generate() re-decode
+a window), and every configuration decodes exactly `max_new_tokens` tokens in one window.
+distil-large-v3 is, like the real one, the target's encoder (identical weights, detected as shared).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration, WhisperProcessor
+
+from specdec.whisper.demo import (
+    NUM_TIMESTAMPS,
+    V2,
+    V3,
+    DemoModelSpec,
+    build_demo_models,
+    build_generation_config,
+    build_model_config,
+    build_tokenizer,
+)
+
+DEFAULT_CACHE = Path.home() / ".cache" / "specdec" / "bench-models"
+FORMAT_VERSION = 1  # bump when the construction below changes, so that cached folders are rebuilt
+
+# the hub configs' architecture fields (openai/whisper-large-v3, openai/whisper-tiny,
+# distil-whisper/distil-large-v3); heads are the same in encoder and decoder for all three
+LARGE_V3 = DemoModelSpec(
+    V3, num_mel_bins=128, encoder_layers=32, encoder_ffn_dim=5120, decoder_layers=32,
+    d_model=1280, attention_heads=20, decoder_ffn_dim=5120,
+)  # fmt: skip
+TINY = DemoModelSpec(
+    V2, num_mel_bins=80, encoder_layers=4, encoder_ffn_dim=1536, decoder_layers=4,
+    d_model=384, attention_heads=6, decoder_ffn_dim=1536,
+)  # fmt: skip
+DISTIL_LARGE_V3 = DemoModelSpec(
+    V3, num_mel_bins=128, encoder_layers=32, encoder_ffn_dim=5120, decoder_layers=2,
+    d_model=1280, attention_heads=20, decoder_ffn_dim=5120,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SizePreset:
+    """A target and its drafts, by name; the drafts' descriptions label the benchmark's tables."""
+
+    target: str
+    drafts: dict[str, str]  # folder name -> description
+
+
+PRESETS = {
+    "small": SizePreset(
+        target="target",
+        drafts={
+            "draft-separate": "demo tiny-like draft (own encoder, other vocabulary)",
+            "draft-shared": "demo distil-like draft (shared encoder)",
+        },
+    ),
+    "large-v3": SizePreset(
+        target="large-v3",
+        drafts={
+            "tiny": "tiny-size draft (own encoder, other vocabulary)",
+            "distil-large-v3": "distil-size draft (shared encoder)",
+        },
+    ),
+}
+REAL_SPECS = {"large-v3": LARGE_V3, "tiny": TINY, "distil-large-v3": DISTIL_LARGE_V3}
+
+
+def bench_models(size: str, cache_dir: Path = DEFAULT_CACHE, seed: int = 0) -> dict[str, Path]:
+    """Folders of the preset's target and drafts (target first), built once and cached under cache_dir."""
+    if size not in PRESETS:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(PRESETS)}")
+    preset = PRESETS[size]
+    folder = Path(cache_dir).expanduser() / f"{size}-seed{seed}"
+    stamp = folder / "complete.json"
+    names = [preset.target, *preset.drafts]
+    expected = {"version": FORMAT_VERSION, "names": names}
+    if not stamp.exists() or json.loads(stamp.read_text()) != expected:
+        if size == "small":
+            build_demo_models(folder, seed=seed)
+        else:
+            _build_real_size(folder, seed)
+        stamp.write_text(json.dumps(expected))
+    return {name: folder / name for name in names}
+
+
+def _build_real_size(folder: Path, seed: int) -> None:
+    """Write large-v3, tiny and distil-large-v3 with random weights (one model in memory at a time)."""
+    tokenizers = {V3: build_tokenizer(V3), V2: build_tokenizer(V2)}
+    target = _random_model(LARGE_V3, tokenizers[V3], seed)
+    _silence_end_and_timestamps(target)
+    _save(target, LARGE_V3, tokenizers[V3], folder / "large-v3")
+    distil = _random_model(DISTIL_LARGE_V3, tokenizers[V3], seed + 1)
+    distil.model.encoder.load_state_dict(target.model.encoder.state_dict())
+    del target
+    _save(distil, DISTIL_LARGE_V3, tokenizers[V3], folder / "distil-large-v3")
+    del distil
+    tiny = _random_model(TINY, tokenizers[V2], seed + 2)
+    _save(tiny, TINY, tokenizers[V2], folder / "tiny")
+
+
+def _random_model(spec: DemoModelSpec, tokenizer, seed: int) -> WhisperForConditionalGeneration:
+    """transformers' own random initialisation, seeded, on a forked RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = WhisperForConditionalGeneration(build_model_config(tokenizer, spec)).eval()
+    model.generation_config = build_generation_config(tokenizer, spec)
+    return model
+
+
+def _silence_end_and_timestamps(model: WhisperForConditionalGeneration) -> None:
+    """Zero the embedding (= output) rows of `<|endoftext|>` and the timestamps: never the argmax."""
+    embeddings = model.model.decoder.embed_tokens.weight
+    with torch.no_grad():
+        embeddings[model.config.eos_token_id] = 0.0
+        embeddings[-NUM_TIMESTAMPS:] = 0.0
+
+
+def _save(model: WhisperForConditionalGeneration, spec: DemoModelSpec, tokenizer, path: Path) -> None:
+    model.save_pretrained(path)
+    features = WhisperFeatureExtractor(feature_size=spec.num_mel_bins)
+    WhisperProcessor(feature_extractor=features, tokenizer=tokenizer).save_pretrained(path)
+    (path / "spec.json").write_text(json.dumps({**asdict(spec), "vocabulary": asdict(spec.vocabulary)}))

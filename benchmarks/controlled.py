@@ -1,0 +1,223 @@
+"""Controlled acceptance, for benchmarks only: the real draft model runs, its proposals follow a plan.
+
+Random-weight models agree with each other arbitrarily (almost never), so the speedup-vs-α curve is
+measured by planting the agreement. `ControlledDrafter` is an ordinary drafter (`engine.drafters`) in
+front of the real draft model: the draft model drafts as always (its cost is paid in full), then at
+generated position i its proposal becomes the target's own greedy token there (known from a target-only
+run beforehand) when `plan.agree[i]`, and another text token when not. `agree` is Bernoulli(α) per
+position from a seeded generator, so every engine and every k sees the same agreement pattern, and each
+position is examined by the target at most once: the measured per-token acceptance estimates α directly.
+The engine sees a drafter like any other, through `decode_clips(make_drafter=...)`; its output must
+still be the target's, which the benchmarks and tests/test_bench.py check.
+
+transformers' assisted generation has no drafter to plug in, only an assistant model: for it
+`AssistantPlan` rewrites the assistant's logits with a forward hook instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from specdec.engine.drafters import Drafter, Proposal
+from specdec.engine.state import Row
+from specdec.engine.windows import MakeDrafter
+from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult
+from specdec.whisper.models import ModelPair
+from specdec.whisper.vocabulary import VocabularyMap
+
+BOOST = 100.0  # logit margin of the planned token: draft probability ~1, above any confidence threshold
+
+
+@dataclass(frozen=True)
+class AcceptancePlan:
+    """Which draft proposals agree with the target, per window and generated position in it."""
+
+    target_tokens: tuple[tuple[int, ...], ...]  # per window: the target's greedy tokens, end-of-text included
+    agree: tuple[tuple[bool, ...], ...]  # same shape: propose the target's token (True) or another one
+    alpha: float  # the requested agreement rate the plan was drawn with
+
+    @property
+    def planned_rate(self) -> float:
+        flat = [agree for window in self.agree for agree in window]
+        return sum(flat) / len(flat) if flat else 0.0
+
+
+def make_plan(target_tokens: Sequence[Sequence[int]], alpha: float, seed: int = 0) -> AcceptancePlan:
+    """A plan over windows of target tokens, agreeing with probability alpha at each position.
+
+    Deterministic given the seed; target_tokens: per decoding window, the target-only run's tokens.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError("alpha must be in [0, 1]")
+    generator = torch.Generator().manual_seed(seed)
+    agree = []
+    for window in target_tokens:
+        uniforms = torch.rand(len(window), generator=generator, dtype=torch.float64)
+        agree.append(tuple(bool(u < alpha) for u in uniforms))
+    return AcceptancePlan(tuple(tuple(window) for window in target_tokens), tuple(agree), alpha)
+
+
+def judged(result: DecodeResult) -> list[tuple[int, int, bool]]:
+    """(window, generated position, accepted) of every draft token the target judged, in order: what a
+    plan's `agree` must match position by position when the draft followed it."""
+    found, window, position = [], 0, 0
+    for step in result.steps:
+        if step.window != window:
+            window, position = step.window, 0
+        found += [(window, position + i, i < step.n_accepted) for i in range(step.num_judged)]
+        position += step.n_accepted + 1
+    return found
+
+
+def plan_from(result: DecodeResult, alpha: float, seed: int = 0) -> AcceptancePlan:
+    """A plan for decoding the same clip again, from the target-only run's trace."""
+    num_windows = max((token.window for token in result.tokens), default=-1) + 1
+    windows = [[t.token_id for t in result.tokens if t.window == w] for w in range(num_windows)]
+    return make_plan(windows, alpha, seed)
+
+
+class ControlledDrafter:
+    """A drafter whose proposals follow each row's plan, in front of the real draft model (see above)."""
+
+    free = False
+
+    def __init__(
+        self, draft_model: Drafter, plans: list[AcceptancePlan], window: int, wrong: WrongToken
+    ) -> None:
+        self.draft_model = draft_model
+        self.plans = plans  # row b's plan
+        self.window = window  # the window these rows decode (the round of the seek loop)
+        self.wrong = wrong
+
+    def propose(
+        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
+    ) -> list[Proposal]:
+        drafted = self.draft_model.propose(rows, num_draft_tokens, options)
+        return [
+            self._planned(row, plan, proposal)
+            for row, plan, proposal in zip(rows, self.plans, drafted, strict=True)
+        ]
+
+    def keep(self, rows: Sequence[int]) -> None:
+        self.draft_model.keep(rows)
+        self.plans = [self.plans[b] for b in rows]
+
+    def _planned(self, row: Row, plan: AcceptancePlan, proposal: Proposal) -> Proposal:
+        """The draft model's proposal with its tokens replaced by the plan's, as many as it drafted."""
+        planned = plan.target_tokens[self.window]
+        first = len(row.generated)
+        tokens = []
+        for i, drafted in enumerate(proposal.tokens):
+            if first + i >= len(planned):
+                break
+            target_token = planned[first + i]
+            tokens.append(
+                target_token if plan.agree[self.window][first + i] else self.wrong(drafted, target_token)
+            )
+        if not tokens:
+            return Proposal([], None, proposal.source)
+        probs = torch.zeros(len(tokens), proposal.draft_probs.shape[-1], device=proposal.draft_probs.device)
+        probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+        return Proposal(tokens, probs, proposal.source)
+
+
+class WrongToken:
+    """A token the target will reject where a plan disagrees: the draft model's own choice when it is
+    another text token than the target's, else the next text token that is not suppressed."""
+
+    def __init__(self, pair: ModelPair) -> None:
+        config = pair.target.model.generation_config
+        self.text_tokens = (
+            config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
+        )
+        self.avoid = {*(config.suppress_tokens or []), *(config.begin_suppress_tokens or [])}
+
+    def __call__(self, drafted: int, target_token: int) -> int:
+        if drafted != target_token and drafted < self.text_tokens:
+            return drafted
+        candidate = (target_token + 1) % self.text_tokens
+        while candidate in self.avoid or candidate == target_token:
+            candidate = (candidate + 1) % self.text_tokens
+        return candidate
+
+
+def controlled(pair: ModelPair, plans: list[AcceptancePlan]) -> MakeDrafter:
+    """For decode_clips(make_drafter=...): the clips' plans (plans[i]: clip i's) in front of the draft
+    model. Round r's rows are the r-th windows of the clips that have one, in order."""
+    wrong = WrongToken(pair)
+
+    def make_drafter(rows: list[Row], draft_model: Drafter | None) -> Drafter | None:
+        window = rows[0].window
+        row_plans = [plan for plan in plans if len(plan.target_tokens) > window]
+        if draft_model is None or len(row_plans) != len(rows):
+            raise ValueError(f"plans for {len(row_plans)} rows, {len(rows)} rows in window {window}")
+        return ControlledDrafter(draft_model, row_plans, window, wrong)
+
+    return make_drafter
+
+
+def row_plans(references: list[DecodeResult], alpha: float, seed: int) -> list[AcceptancePlan]:
+    """One plan per clip from its target-only result (references[i]: clip i's), clip i seeded seed + i."""
+    return [plan_from(result, alpha, seed=seed + i) for i, result in enumerate(references)]
+
+
+class AssistantPlan:
+    """For transformers' assisted generation only: a forward hook that makes an assistant model's greedy
+    choices follow a plan (one row); `with` it while generate() runs.
+
+    prompt_length: decoder prompt tokens before the first generated position; vocabulary: maps target ids
+    to the assistant's (None: the same vocabulary).
+    """
+
+    def __init__(
+        self, model: nn.Module, prompt_length: int, wrong: WrongToken, vocabulary: VocabularyMap | None = None
+    ) -> None:
+        self.model = model
+        self.prompt_length = prompt_length
+        self.wrong = wrong
+        self.vocabulary = vocabulary
+        self.plan: AcceptancePlan | None = None
+        self._window = -1  # counts fresh caches: each decoding window starts the assistant on an empty one
+        self._handle = None
+
+    def set_plan(self, plan: AcceptancePlan | None) -> None:
+        """The plan for the next decoding (None: the assistant's own choices)."""
+        self.plan = plan
+        self._window = -1
+
+    def __enter__(self) -> AssistantPlan:
+        self._handle = self.model.register_forward_hook(self._rewrite, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._handle.remove()
+        self._handle = None
+
+    def _rewrite(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+        """Make the planned token win at each planned row of output.logits (1, n, vocab), in place."""
+        if self.plan is None:
+            return
+        logits = output.logits
+        cache = getattr(output, "past_key_values", None) or kwargs.get("past_key_values")
+        total = cache.get_seq_length() if cache is not None else logits.shape[1]
+        cached_before = total - logits.shape[1]
+        if cached_before == 0:
+            self._window += 1
+        if not 0 <= self._window < len(self.plan.target_tokens):
+            return
+        planned = self.plan.target_tokens[self._window]
+        first = cached_before + 1 - self.prompt_length  # generated position that row 0 predicts
+        for row in range(logits.shape[1]):
+            position = first + row
+            if 0 <= position < len(planned):
+                target_token = planned[position]
+                agree = self.plan.agree[self._window][position]
+                choice = target_token if agree else self.wrong(int(logits[0, row].argmax()), target_token)
+                if self.vocabulary is not None:
+                    choice = self.vocabulary.to_draft([choice])[0]
+                logits[0, row, choice] = logits[0, row].max() + BOOST

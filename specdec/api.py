@@ -1,0 +1,267 @@
+"""The Python API: `SpeculativeWhisper(draft_model, final_model).transcribe(audio)`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec import longform
+from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
+from specdec.engine import kernels
+from specdec.engine.windows import MakeDrafter, decode_clips
+from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
+from specdec.longform.sequential import decode_sequential
+from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult
+from specdec.whisper.features import pair_features
+from specdec.whisper.models import ModelPair, load_pair
+
+
+class BatchAudioError(AudioError):
+    """Some clips of a batch could not be read; the others were transcribed and are kept here.
+
+    `results` holds, in input order, each clip's result (as `transcribe` would have returned it) or the
+    AudioError that stands in its place, so nothing already decoded is lost.
+    """
+
+    def __init__(self, results: list) -> None:
+        failed = [result for result in results if isinstance(result, AudioError)]
+        done = len(results) - len(failed)
+        super().__init__(
+            f"{len(failed)} of {len(results)} clips unreadable ({done} transcribed): {failed[0]}"
+        )
+        self.results = results
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """One clip's transcript with the full decoding record."""
+
+    audio: str  # file path, or a description of an array
+    text: str
+    result: DecodeResult
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return self.result.token_ids
+
+    @property
+    def language(self) -> str:
+        return self.result.language
+
+    def to_dict(self) -> dict:
+        return {"audio": self.audio, "text": self.text, **self.result.to_dict()}
+
+
+class SpeculativeWhisper:
+    """A target Whisper model sped up by a draft model; output identical to the target alone."""
+
+    def __init__(
+        self,
+        draft_model: str | None = "auto",
+        final_model: str = "auto",
+        device: str = "auto",
+        dtype: torch.dtype | None = None,
+        packed_kernels: bool = True,
+    ) -> None:
+        """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
+        the pair. "auto": whisper-base with whisper-tiny.en on a CPU (real weights shipped in packages),
+        large-v3 with tiny on a GPU. draft_model=None decodes with the target alone.
+
+        packed_kernels: give the models' decoders oneDNN-packed weights (CPU, float32; faster steps, the
+        same output; `engine.kernels.pack`, undone by `kernels.unpack(model)`)."""
+        self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
+        if packed_kernels:
+            for model in (self.pair.target, self.pair.draft):
+                if model is not None:
+                    kernels.pack(model.model)
+
+    @classmethod
+    def from_pair(cls, pair: ModelPair) -> SpeculativeWhisper:
+        """Wrap an already loaded pair as it is (its models are not packed: see `kernels.pack`)."""
+        instance = cls.__new__(cls)
+        instance.pair = pair
+        return instance
+
+    def transcribe(
+        self,
+        audio: AudioSource | Sequence[AudioSource],
+        sample_rate: int | None = None,
+        max_tokens: int | None = None,
+        batch_size: int = 1,
+        return_stats: bool = False,
+        speculative: bool = True,
+        errors: str = "raise",
+        long_form: str = "sequential",
+        progress: longform.Progress | None = None,
+        **options,
+    ) -> list[str | AudioError] | list[Transcription | AudioError]:
+        """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples, up to 4 hours.
+
+        Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
+        Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
+        batch_size clips are decoded together, each row accepting its own number of draft tokens
+        (`engine.loop`); every clip's output is the same as decoded alone. Unreadable clips never stop
+        the others: with errors="return" each one's AudioError stands in its place in the list; with
+        errors="raise" (default) a single clip raises its AudioError, and several raise a BatchAudioError
+        once all the others are transcribed, with every result in its `results`.
+
+        Audio over 30 s is decoded long-form (timestamps always on, as generate() requires), one file at a
+        time: long_form="sequential" (default) is Whisper's own algorithm, output identical to
+        generate() on the whole file (`longform.sequential`); "chunked" decodes overlapping 30 s chunks
+        as one batch (8 at a time, or batch_size if larger) and merges them as transformers' ASR pipeline
+        does (`longform.chunked`): faster, not generate()'s output. progress(fraction, message) follows
+        each long file. Clips up to 30 s are decoded as before in either mode.
+        """
+        decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
+        sources = _as_list(audio)
+        if errors not in ("raise", "return"):
+            raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
+        results = self.transcribe_many(
+            sources, decode_options, sample_rate, speculative, batch_size, long_form, progress
+        )
+        if not return_stats:
+            results = [result if isinstance(result, AudioError) else result.text for result in results]
+        failed = [result for result in results if isinstance(result, AudioError)]
+        if failed and errors == "raise":
+            raise failed[0] if len(results) == 1 else BatchAudioError(results)
+        return results
+
+    def transcribe_many(
+        self,
+        sources: Sequence[AudioSource],
+        options: DecodeOptions | None = None,
+        sample_rate: int | None = None,
+        speculative: bool = True,
+        batch_size: int = 1,
+        long_form: str = "sequential",
+        progress: longform.Progress | None = None,
+    ) -> list[Transcription | AudioError]:
+        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded:
+        the clips up to 30 s together, each longer one on its own (long_form).
+
+        An unreadable clip's AudioError stands in its place; the others are transcribed.
+        """
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        longform.check_mode(long_form)
+        options = options or DecodeOptions()
+        results: list[Transcription | AudioError] = []
+        for start in range(0, len(sources), batch_size):
+            batch = list(sources[start : start + batch_size])
+            loaded = [_load(source, sample_rate) for source in batch]
+            short = [i for i, audio in enumerate(loaded) if _is_short(audio)]
+            names = [_describe(source) for source in batch]
+            together = self.transcribe_waveforms(
+                [loaded[i] for i in short], options, speculative, [names[i] for i in short]
+            )
+            decoded = dict(zip(short, together, strict=True))
+            for i, audio in enumerate(loaded):
+                if i not in decoded and not isinstance(audio, AudioError):
+                    decoded[i] = self.transcribe_long(
+                        audio, options, speculative, names[i], long_form, batch_size, progress
+                    )
+                results.append(decoded.get(i, audio))
+        return results
+
+    def transcribe_one(
+        self,
+        audio: AudioSource,
+        options: DecodeOptions | None = None,
+        sample_rate: int | None = None,
+        speculative: bool = True,
+    ) -> Transcription:
+        """One clip, speculative (or target-only with speculative=False); over 30 s in sequential mode."""
+        options = options or DecodeOptions()
+        waveform = load_audio(audio, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
+        if longform.is_long(waveform):
+            return self.transcribe_long(waveform, options, speculative, _describe(audio))
+        return self.transcribe_waveform(waveform, options, speculative, name=_describe(audio))
+
+    def transcribe_long(
+        self,
+        waveform: np.ndarray,
+        options: DecodeOptions,
+        speculative: bool = True,
+        name: str = "audio",
+        long_form: str = "sequential",
+        batch_size: int = 1,
+        progress: longform.Progress | None = None,
+    ) -> Transcription:
+        """A 16 kHz waveform of any length, long-form (see `transcribe`); progress(fraction, message)."""
+        longform.check_mode(long_form)
+        if long_form == "chunked":
+            chunk_batch = batch_size if batch_size > 1 else CHUNK_BATCH_SIZE
+            result = decode_chunked(self.pair, waveform, options, speculative, chunk_batch, progress)
+        else:
+            result = decode_sequential(self.pair, waveform, options, speculative, progress)
+        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+
+    def transcribe_waveform(
+        self,
+        waveform: np.ndarray,
+        options: DecodeOptions,
+        speculative: bool = True,
+        name: str = "audio",
+        make_drafter: MakeDrafter | None = None,
+    ) -> Transcription:
+        """A 16 kHz mono float32 waveform up to 30 s -> Transcription (make_drafter: see `decode_clips`)."""
+        features = pair_features(self.pair, waveform, speculative)
+        (result,) = decode_clips(self.pair, [features], options, speculative, make_drafter)
+        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+
+    def transcribe_waveforms(
+        self,
+        waveforms: Sequence[np.ndarray],
+        options: DecodeOptions,
+        speculative: bool = True,
+        names: Sequence[str] | None = None,
+    ) -> list[Transcription]:
+        """16 kHz mono float32 waveforms up to 30 s, decoded together as one batch."""
+        names = list(names) if names is not None else ["audio"] * len(waveforms)
+        features = [pair_features(self.pair, waveform, speculative) for waveform in waveforms]
+        results = decode_clips(self.pair, features, options, speculative) if waveforms else []
+        return [
+            Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+            for name, result in zip(names, results, strict=True)
+        ]
+
+    def warm_up(self) -> None:
+        """Run both paths once on a second of silence, so that no timed run pays first-call costs."""
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        options = DecodeOptions(language="en", max_new_tokens=4)
+        for speculative in (True, False):
+            self.transcribe_waveform(silence, options, speculative=speculative)
+
+    def decode_text(self, token_ids: Sequence[int]) -> str:
+        """Target ids -> text without special or timestamp tokens."""
+        return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
+
+
+def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioError:
+    try:
+        return load_audio(source, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
+    except AudioError as error:
+        return error
+
+
+def _is_short(audio: np.ndarray | AudioError) -> bool:
+    return not isinstance(audio, AudioError) and not longform.is_long(audio)
+
+
+def _as_list(audio: AudioSource | Sequence[AudioSource]) -> list[AudioSource]:
+    is_gradio_tuple = isinstance(audio, tuple) and len(audio) == 2 and isinstance(audio[0], int)
+    if isinstance(audio, (str, Path, np.ndarray)) or is_gradio_tuple:
+        return [audio]
+    return list(audio)
+
+
+def _describe(audio: AudioSource) -> str:
+    if isinstance(audio, (str, Path)):
+        return str(audio)
+    array = audio[1] if isinstance(audio, tuple) else audio
+    return f"array{tuple(array.shape)}"

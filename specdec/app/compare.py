@@ -1,0 +1,205 @@
+"""The Compare view's work: the same clip decoded by the target alone and speculatively, one run after
+the other, and its handlers (plain functions that app.py wires into Gradio).
+
+No order bias: both paths are warmed up when the models load (`SpeculativeWhisper.warm_up`), so neither
+run pays first-call costs, and callers alternate which run goes first from one comparison to the next
+(`baseline_first`); the metrics say which one ran first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from specdec import longform
+from specdec.api import SpeculativeWhisper
+from specdec.app import highlight, views
+from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
+from specdec.app.views import Comparison
+from specdec.audio import SAMPLE_RATE, AudioError, load_audio
+from specdec.longform import Progress
+from specdec.options import DecodeOptions
+
+DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
+Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
+
+
+def compare(
+    whisper: SpeculativeWhisper,
+    waveform: np.ndarray,
+    options: DecodeOptions,
+    baseline_first: bool = True,
+    name: str = "audio",
+    long_form: str = "sequential",
+    progress: Progress | None = None,
+) -> Comparison:
+    """Decode a 16 kHz waveform both ways, one run after the other, in the order asked for.
+
+    Audio over 30 s is decoded long-form (`long_form`: "sequential" or "chunked"); progress(fraction,
+    message) then follows both runs, the first filling [0, 0.5] and the second [0.5, 1].
+    """
+    runs = {}
+    order = (False, True) if baseline_first else (True, False)
+    for position, speculative in enumerate(order):
+        run_name = "speculative" if speculative else "target alone"
+        if not longform.is_long(waveform):
+            runs[speculative] = whisper.transcribe_waveform(waveform, options, speculative, name=name)
+            continue
+        report = _part_of(progress, position / 2, 1 / 2, run_name)
+        runs[speculative] = whisper.transcribe_long(
+            waveform, options, speculative, name, long_form, progress=report
+        )
+    return Comparison(runs[False], runs[True], options, baseline_first)
+
+
+def _part_of(progress: Progress | None, start: float, share: float, label: str) -> Progress | None:
+    """A progress callback for one part of the work, reporting into its share of the whole."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + share * fraction, f"{label}: {message}")
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """What the Compare view asks for, as the UI's widgets give it."""
+
+    audio: str | None
+    pair: str  # a label of the store's pairs
+    language: str = "auto"
+    task: str = "transcribe"
+    timestamps: bool = False
+    draft_length: str = "adaptive"  # "adaptive" or "fixed"
+    num_draft_tokens: int = 5
+    temperature: float = 0.0
+    seed: int | None = 0
+    reference: str = ""
+    baseline_first: bool | None = None  # None: alternate (ZeroGPU's worker cannot keep the count)
+    long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
+
+    def options(self) -> DecodeOptions:
+        try:
+            return DecodeOptions(
+                language=chosen_language(self.language),
+                task=self.task,
+                timestamps=bool(self.timestamps),
+                temperature=float(self.temperature),
+                seed=None if self.seed is None else int(self.seed),
+                num_draft_tokens=int(self.num_draft_tokens),
+                adaptive=self.draft_length == "adaptive",
+                # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
+                cost_aware=self.draft_length == "adaptive"
+                and self.long_form == "chunked"
+                and float(self.temperature) == 0,
+            )
+        except ValueError as error:
+            raise UserError(str(error)) from error
+
+    def check_long_form(self) -> None:
+        if self.long_form not in longform.LONG_FORM_MODES:
+            modes = " or ".join(longform.LONG_FORM_MODES)
+            raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
+
+
+def gpu_seconds(request: CompareRequest, progress: object = None) -> int:
+    """ZeroGPU's time limit for one request (`spaces.GPU(duration=...)` calls this with the task's
+    arguments): a minute, plus 20 s per minute of audio for the two decodes, at most 5 minutes."""
+    try:
+        seconds = sf.info(request.audio).duration
+    except (TypeError, sf.SoundFileError, RuntimeError, OSError):
+        seconds = 30.0  # the task itself reports the unreadable file
+    return int(min(60 + seconds / 3, 300))
+
+
+def compare_clip(
+    store: ModelStore, request: CompareRequest, progress: Report | None = None
+) -> views.CompareView:
+    """Load the clip, decode it both ways, and build every output of the Compare view.
+
+    progress (a gr.Progress) follows a long clip window by window or chunk by chunk, both runs."""
+    report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
+    whisper, options, waveform = _prepare(store, request, report)
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
+    comparison = compare(
+        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name,
+        request.long_form, _engine_progress(report),
+    )  # fmt: skip
+    report(DRAWING, desc="Drawing")
+    return views.build_view(whisper, comparison, request.reference, len(waveform) / SAMPLE_RATE)
+
+
+def _no_report(*args, **kwargs) -> None:
+    pass
+
+
+def _engine_progress(report: Report, prefix: str = "") -> longform.Progress:
+    """The engine's progress(fraction, message) shown on Gradio's bar between decoding and drawing."""
+    return lambda fraction, message: report(
+        DECODING + (DRAWING - DECODING) * fraction, desc=f"{prefix}{message}"
+    )
+
+
+def _audio_text(waveform: np.ndarray, request: CompareRequest) -> str:
+    """The clip's length for the progress bar, and its long-form mode when it has one."""
+    seconds = len(waveform) / SAMPLE_RATE
+    if longform.is_long(waveform):
+        return f"{seconds:.0f} s, long-form {request.long_form}"
+    return f"{seconds:.1f} s"
+
+
+def _prepare(
+    store: ModelStore, request: CompareRequest, report: Report
+) -> tuple[SpeculativeWhisper, DecodeOptions, np.ndarray]:
+    """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
+    if not request.audio:
+        raise UserError("Record or upload a clip first (or click one of the examples).")
+    options = request.options()
+    request.check_long_form()
+    report(0.05, desc="Loading models")
+    whisper = store.whisper(request.pair)
+    report(0.15, desc="Reading audio")
+    return whisper, options, _read_audio(request.audio, store.max_seconds)
+
+
+def _baseline_first(store: ModelStore, request: CompareRequest) -> bool:
+    return store.next_baseline_first() if request.baseline_first is None else request.baseline_first
+
+
+def _read_audio(path: str, max_seconds: float) -> np.ndarray:
+    """The clip at 16 kHz, or a UserError naming the file (not the server's temporary path).
+
+    A clip over max_seconds is refused from its header, before it is decoded."""
+    try:
+        return load_audio(path, max_seconds=max_seconds)
+    except AudioError as error:
+        raise UserError(str(error).replace(str(path), Path(path).name)) from error
+
+
+def transcribe_clip(
+    store: ModelStore, request: CompareRequest, progress: Report | None = None
+) -> tuple[str, str, dict]:
+    """Speculative decoding only: the transcript, its highlighted tokens and its statistics.
+
+    Audio over 30 s is decoded long-form (request.long_form), progress following it."""
+    report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
+    whisper, options, waveform = _prepare(store, request, report)
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    name = Path(request.audio).name
+    if longform.is_long(waveform):
+        report_engine = _engine_progress(report, "speculative: ")
+        transcription = whisper.transcribe_long(
+            waveform, options, True, name, request.long_form, progress=report_engine
+        )
+    else:
+        transcription = whisper.transcribe_waveform(waveform, options, name=name)
+    spans = views.token_spans(whisper, transcription.result)
+    stats = {
+        "language": transcription.language,
+        "note": draft_note(whisper, transcription.language, options.task),
+        "speculative": transcription.result.stats(),
+        "windows": views.windows(transcription.result),
+    }
+    return transcription.text, highlight.spans_html(spans), stats

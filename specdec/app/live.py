@@ -1,0 +1,281 @@
+"""The Live view's handlers: the browser's microphone chunks -> one listener's StreamSession -> HTML and plot.
+
+Plain functions (app.py wires them): each browser session keeps its own `Listener` in a gr.State, so two
+people never see each other's audio or text. Chunks arrive at the browser's rate, often 44.1 or 48 kHz;
+a streaming soxr resampler carries its filter state from chunk to chunk, so that the 16 kHz stream has
+no seams at chunk boundaries (resampling each chunk alone would click at every boundary).
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+
+import numpy as np
+import plotly.graph_objects as go
+import soxr
+
+from specdec.app.highlight import token_texts
+from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
+from specdec.audio import SAMPLE_RATE, AudioError, to_mono
+from specdec.streaming.session import TARGET_SOURCE, StreamOptions, StreamSession, Update
+from specdec.trace import DRAFT_MODEL, HYPOTHESIS
+from specdec.whisper.tokens import timestamp_begin
+
+SOURCE_COLOURS = {HYPOTHESIS: "#d8c8ff", DRAFT_MODEL: "#b7ebc0", TARGET_SOURCE: "#e4e4e7"}
+SOURCE_DESCRIPTIONS = {
+    HYPOTHESIS: "proposed by the previous hypothesis (free) and accepted",
+    DRAFT_MODEL: "proposed by the draft model and accepted",
+    TARGET_SOURCE: "the target's own token (a correction, a bonus token, or no proposal)",
+}
+STYLE = """<style>
+.specdec-live { line-height: 2.0; white-space: pre-wrap; font-size: 1.1rem; min-height: 4em; }
+.specdec-live .tok { border-radius: 4px; padding: 1px 0; color: #111; }
+.specdec-live .tentative { color: #6b7280; font-style: italic; opacity: 0.8; }
+.specdec-live .earlier { color: #111; }
+.specdec-live-legend span { display: inline-block; margin-right: 0.9em; font-size: 0.9rem; }
+.specdec-live-legend i { display: inline-block; width: 0.9em; height: 0.9em; border-radius: 3px;
+  margin-right: 0.3em; vertical-align: -0.1em; border: 1px solid #999; }
+</style>"""
+WAITING = '<div class="specdec-live"><span class="tentative">Press Record and speak.</span></div>'
+
+
+DECODING = threading.Lock()  # one live decode at a time: listeners share the models and the cores
+IDLE_SECONDS = 120.0  # a worker with no audio for this long ends (the browser went away)
+
+
+class Listener:
+    """One browser session's live state: its StreamSession, fed by a worker thread.
+
+    The stream handler only hands chunks over and returns: while a handler call is pending, the browser
+    holds back its next chunks, so a handler that decoded inline would stall the microphone stream. The
+    worker feeds every whole `chunk_seconds` that has arrived in one update, so when decoding is slower
+    than real time the updates cover more audio each instead of falling further behind.
+    """
+
+    def __init__(self, session: StreamSession) -> None:
+        self.session = session
+        self.pending = np.zeros(0, dtype=np.float32)  # 16 kHz audio heard but not fed yet
+        self.heard_seconds = 0.0
+        self.input_rate: int | None = None
+        self.resampler: soxr.ResampleStream | None = None
+        self.last_decoded: Update | None = None
+        self.lag_seconds: dict[int, float] = {}  # update index -> seconds of heard audio not in its text
+        self.merged = 0  # chunks decoded together with the next one because decoding was behind
+        self.stopped = False  # the recording ended; the next one starts a new listener
+        self.error: Exception | None = None
+        self.shown: int | None = None  # index of the update the page shows
+        self._closing = False
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    @property
+    def options(self) -> StreamOptions:
+        return self.session.options
+
+    def hear(self, rate: int, samples: np.ndarray) -> None:
+        """Queue one browser chunk (any rate, mono or stereo, int or float) for the worker."""
+        audio = self._resample(rate, samples)
+        with self._lock:
+            self.pending = np.concatenate([self.pending, audio])
+            self.heard_seconds += len(audio) / SAMPLE_RATE
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._work, name="specdec-listener", daemon=True)
+            self._worker.start()
+        self._wake.set()
+
+    def stop(self) -> Update:
+        """End of the recording: decode what is left, then commit the last hypothesis."""
+        self.close()
+        tail = self._take(everything=True)
+        if self.resampler is not None:
+            tail = np.concatenate([tail, self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)])
+        if len(tail) >= SAMPLE_RATE // 10:
+            self._feed(tail)
+        self.stopped = True
+        return self.session.finish()
+
+    def close(self, wait: bool = True) -> None:
+        """Let the worker decode the whole chunks already heard and end (wait: until it has)."""
+        self._closing = True
+        self._wake.set()
+        if wait and self._worker is not None:
+            self._worker.join()
+
+    def _work(self) -> None:
+        while True:
+            piece = self._take()
+            if len(piece):
+                try:
+                    self._feed(piece)
+                except Exception as error:  # shown to the user by the next handler call
+                    self.error = error
+                    return
+                continue
+            if self._closing or not self._wake.wait(IDLE_SECONDS):
+                return
+            self._wake.clear()
+
+    def _take(self, everything: bool = False) -> np.ndarray:
+        """Every whole chunk heard so far (or all of it), removed from `pending`."""
+        chunk = round(self.options.chunk_seconds * SAMPLE_RATE)
+        with self._lock:
+            end = len(self.pending) if everything else len(self.pending) // chunk * chunk
+            piece, self.pending = self.pending[:end], self.pending[end:]
+        self.merged += max(len(piece) // chunk - 1, 0)
+        return piece
+
+    def _feed(self, piece: np.ndarray) -> None:
+        with DECODING:
+            update = self.session.feed(piece)
+        if update.decoded:
+            self.last_decoded = update
+            self.lag_seconds[update.index] = max(self.heard_seconds - update.stream_seconds, 0.0)
+
+    def _resample(self, rate: int, samples: np.ndarray) -> np.ndarray:
+        mono = to_mono("microphone chunk", samples)
+        if rate == SAMPLE_RATE:
+            return mono
+        if rate != self.input_rate:
+            self.input_rate, self.resampler = rate, soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32")
+        return self.resampler.resample_chunk(mono)
+
+
+def open_listener(store: ModelStore, pair: str, language: str, chunk_seconds: float, reuse: bool) -> Listener:
+    """A new listener for one recording with the UI's settings ("auto": language detected once)."""
+    if not 0.2 <= float(chunk_seconds) <= 5:
+        raise UserError("Chunk length must be between 0.2 and 5 seconds.")
+    try:
+        language = chosen_language(language)
+    except ValueError as error:
+        raise UserError(str(error)) from error
+    options = StreamOptions(
+        chunk_seconds=float(chunk_seconds), language=language, reuse_hypothesis=bool(reuse)
+    )
+    return Listener(StreamSession(store.whisper(pair), options))
+
+
+def hear(listener: Listener, audio) -> bool:
+    """Hand Gradio's streamed (rate, samples) chunk over; True when there is a newer update to show."""
+    if listener.error is not None:
+        raise UserError(f"Live decoding failed: {listener.error}")
+    if audio is not None:
+        if not isinstance(audio, tuple) or len(audio) != 2:
+            raise UserError("Microphone stream: expected a (sample_rate, samples) chunk.")
+        rate, samples = audio
+        if not isinstance(rate, (int, np.integer)) or rate <= 0:
+            raise UserError(f"Microphone stream: bad sample rate {rate!r}.")
+        try:
+            listener.hear(int(rate), np.asarray(samples))
+        except AudioError as error:
+            raise UserError(str(error)) from error
+    newest = listener.last_decoded.index if listener.last_decoded else None
+    shown, listener.shown = listener.shown, newest
+    return newest != shown
+
+
+def transcript_html(listener: Listener | None, finished: bool = False) -> str:
+    """Committed text plain, tentative text grey; this buffer's tokens coloured by where they came from."""
+    if listener is None or listener.last_decoded is None:
+        return f"{STYLE}{legend_html()}{WAITING}"
+    update = listener.last_decoded
+    whisper = listener.session.whisper
+    tokenizer = whisper.pair.target.processor.tokenizer
+    first_timestamp = timestamp_begin(whisper.pair.target.model.generation_config)
+    texts = token_texts(list(update.hypothesis), tokenizer, first_timestamp)
+    committed = len(update.hypothesis) if finished else update.committed_tokens
+    parts = (
+        [f'<span class="earlier">{html.escape(update.earlier_text)} </span>'] if update.earlier_text else []
+    )
+    for index, (text, token, source) in enumerate(
+        zip(texts, update.hypothesis, update.token_sources, strict=True)
+    ):
+        if token >= first_timestamp or not text:
+            continue
+        state = "committed" if index < committed else "tentative"
+        style = f"background:{SOURCE_COLOURS[source]}"
+        title = f"{state}; {SOURCE_DESCRIPTIONS[source]}"
+        parts.append(f'<span class="tok {state}" style="{style}" title="{title}">{html.escape(text)}</span>')
+    return f'{STYLE}{legend_html()}<div class="specdec-live" id="live-transcript">{"".join(parts)}</div>'
+
+
+def legend_html() -> str:
+    items = [
+        f'<span title="{SOURCE_DESCRIPTIONS[source]}"><i style="background:{colour}"></i>{source}</span>'
+        for source, colour in SOURCE_COLOURS.items()
+    ]
+    items.append(
+        '<span><span class="tentative" style="color:#6b7280;font-style:italic">grey italic</span>'
+        " = tentative (may still change)</span>"
+    )
+    return f'<div class="specdec-live-legend">{"".join(items)}</div>'
+
+
+def stats_html(listener: Listener | None) -> str:
+    """The latest update's figures and the running medians."""
+    if listener is None or listener.last_decoded is None:
+        return ""
+    decoded = [update for update in listener.session.updates if update.decoded]
+    last = decoded[-1]
+    latencies = [update.latency_seconds for update in decoded]
+    lags = list(listener.lag_seconds.values())
+    passes = [update.target_passes for update in decoded]
+    sources = ", ".join(
+        f"{source} {counts['accepted']}/{counts['drafted']}" for source, counts in last.proposals.items()
+    )
+    silent = len(listener.session.updates) - len(decoded)
+    return (
+        f"<p><b>Update {len(decoded)}</b> at {last.stream_seconds:.1f} s of audio: decoded in "
+        f"{1000 * last.latency_seconds:.0f} ms with {last.target_passes} target passes; accepted/drafted "
+        f"tokens by source: {sources or 'none'}; "
+        f"text {listener.lag_seconds[last.index]:.1f} s behind live.<br>"
+        f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
+        f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
+        f"{silent} silent chunks not decoded, "
+        f"{listener.merged} chunks merged into the next update to keep up.</p>{_draft_note(listener)}"
+    )
+
+
+def _draft_note(listener: Listener) -> str:
+    """The page's note when an English-only draft hears another language, else ''."""
+    note = draft_note(listener.session.whisper, listener.session.language, "transcribe")
+    return f'<p class="specdec-note"><small>ℹ️ {html.escape(note)}</small></p>' if note else ""
+
+
+def latency_figure(listener: Listener | None) -> go.Figure:
+    """Latency and target passes per update, against the chunk length (text must keep up with audio)."""
+    figure = go.Figure()
+    updates = [update for update in listener.session.updates if update.decoded] if listener else []
+    seconds = [update.stream_seconds for update in updates]
+    figure.add_scatter(
+        x=seconds, y=[1000 * u.latency_seconds for u in updates], mode="lines+markers", name="decode (ms)"
+    )
+    figure.add_scatter(
+        x=seconds,
+        y=[1000 * listener.lag_seconds[u.index] for u in updates],
+        mode="lines+markers",
+        name="behind live (ms)",
+        line_dash="dot",
+    )
+    figure.add_bar(
+        x=seconds,
+        y=[u.target_passes for u in updates],
+        name="target passes",
+        yaxis="y2",
+        opacity=0.25,
+        marker_color="#6b7280",
+    )
+    if listener:
+        figure.add_hline(
+            y=1000 * listener.options.chunk_seconds, line_dash="dash", annotation_text="chunk length"
+        )
+    figure.update_layout(
+        height=260,
+        margin=dict(l=40, r=40, t=50, b=40),
+        xaxis_title="audio received (s)",
+        yaxis=dict(title="latency (ms)", rangemode="tozero"),
+        yaxis2=dict(title="target passes", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
+    return figure

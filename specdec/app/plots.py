@@ -1,0 +1,276 @@
+"""Plotly figures of where the time went: token timelines, per-step drafting, time breakdown, and a long
+file's windows (or chunks) along the file."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specdec.trace import DecodeResult, Window
+
+BASELINE_COLOUR = "#71717a"
+SPECULATIVE_COLOUR = "#2563eb"
+DRAFTED_COLOUR = "#fdba74"
+ACCEPTED_COLOUR = "#22c55e"
+BREAKDOWN_COLOURS = {"encoder": "#a78bfa", "draft": "#fdba74", "verify": "#2563eb", "other": "#d4d4d8"}
+WINDOW_COLOURS = ("#2563eb", "#f97316")  # alternating, so that overlapping windows and chunks stay apart
+BOUNDARY_COLOUR = "#71717a"
+BOUNDARY_NAME = "window boundary"
+
+
+def step_tokens(result: DecodeResult) -> list[int]:
+    """Tokens each step added to the output: its accepted draft tokens plus the target's token."""
+    return [step.n_accepted + (step.target_token is not None) for step in result.steps]
+
+
+def cumulative_tokens(result: DecodeResult) -> tuple[list[float], list[int]]:
+    """(seconds since the run began, tokens so far) at the end of every step, from (encoder end, 0).
+
+    Steps are taken in the order they ended: chunked long-form decodes chunks as a batch, so the steps of
+    chunk 2 (recorded after chunk 1's) ran alongside chunk 1's."""
+    passes = [result.pass_of(step) for step in result.steps]
+    ends = [p.start_seconds + p.draft_seconds + p.verify_seconds for p in passes]
+    seconds = [min((p.start_seconds for p in passes), default=result.encoder_seconds)]
+    counts = [0]
+    for end, added in sorted(zip(ends, step_tokens(result), strict=True), key=lambda pair: pair[0]):
+        seconds.append(end)
+        counts.append(counts[-1] + added)
+    return seconds, counts
+
+
+def timeline_figure(baseline: DecodeResult, speculative: DecodeResult) -> go.Figure:
+    """Cumulative tokens against wall-clock time, target alone and speculative."""
+    figure = go.Figure()
+    for name, result, colour in (
+        ("target alone", baseline, BASELINE_COLOUR),
+        ("speculative", speculative, SPECULATIVE_COLOUR),
+    ):
+        seconds, counts = cumulative_tokens(result)
+        figure.add_trace(
+            go.Scatter(
+                x=seconds,
+                y=counts,
+                name=name,
+                mode="lines+markers",
+                line_shape="hv",
+                marker={"size": 4, "color": colour},
+                line={"color": colour},
+            )
+        )
+    figure.update_layout(
+        title="Tokens over time (each marker is one target pass)",
+        xaxis_title="seconds since the run began (encoder included)",
+        yaxis_title="tokens generated",
+        **_layout(),
+    )
+    return figure
+
+
+def steps_figure(speculative: DecodeResult) -> go.Figure:
+    """Per target pass: tokens drafted and accepted (bars), and the step's draft and verify time (lines)."""
+    figure = make_subplots(specs=[[{"secondary_y": True}]])
+    indices = [step.index for step in speculative.steps]
+    figure.add_trace(
+        go.Bar(
+            x=indices,
+            y=[len(s.drafted) for s in speculative.steps],
+            name="drafted",
+            marker_color=DRAFTED_COLOUR,
+        )
+    )
+    figure.add_trace(
+        go.Bar(
+            x=indices,
+            y=[s.n_accepted for s in speculative.steps],
+            name="accepted",
+            marker_color=ACCEPTED_COLOUR,
+        )
+    )
+    for name, values, dash in (
+        ("draft ms", [1000 * speculative.pass_of(s).draft_seconds for s in speculative.steps], "dot"),
+        ("verify ms", [1000 * speculative.pass_of(s).verify_seconds for s in speculative.steps], "solid"),
+    ):
+        figure.add_trace(
+            go.Scatter(x=indices, y=values, name=name, mode="lines", line={"dash": dash, "width": 1.5}),
+            secondary_y=True,
+        )
+    boundaries = _boundaries_trace(speculative)
+    if boundaries is not None:
+        figure.add_trace(boundaries)
+    figure.update_layout(title="Each target pass: drafted vs accepted tokens", barmode="overlay", **_layout())
+    figure.update_xaxes(title_text="step (target pass)")
+    figure.update_yaxes(title_text="tokens", secondary_y=False)
+    figure.update_yaxes(title_text="milliseconds", secondary_y=True, rangemode="tozero")
+    return figure
+
+
+def _boundaries_trace(result: DecodeResult) -> go.Scatter | None:
+    """Dotted vertical lines before the first pass of every window but the first, all in one trace (a
+    shape per line slows Plotly down with thousands); None for a single window."""
+    if len(result.windows) <= 1:
+        return None
+    first_steps: dict[int, int] = {}
+    for step in result.steps:
+        first_steps.setdefault(step.window, step.index)
+    windows = {window.index: window for window in result.windows}
+    top = max((len(step.drafted) for step in result.steps), default=0) + 1
+    x, y, hover = [], [], []
+    for window_index, step_index in list(first_steps.items())[1:]:
+        text = _window_name(windows[window_index]) + f" starts at {windows[window_index].start_seconds:.1f} s"
+        x += [step_index - 0.5, step_index - 0.5, None]
+        y += [0, top, None]
+        hover += [text, text, None]
+    return go.Scatter(
+        x=x,
+        y=y,
+        name=BOUNDARY_NAME,
+        mode="lines",
+        line={"color": BOUNDARY_COLOUR, "dash": "dot", "width": 1},
+        hovertext=hover,
+        hoverinfo="text",
+    )
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One decoded window: where it lies in the file and what decoding it took."""
+
+    window: Window
+    num_tokens: int  # generated in it, end-of-text and tokens later dropped included
+    num_passes: int
+    num_drafted: int
+    num_accepted: int
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.num_tokens / self.num_passes if self.num_passes else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.num_accepted / self.num_drafted if self.num_drafted else None
+
+
+def window_stats(result: DecodeResult) -> list[WindowStats]:
+    """Each window's tokens, target passes and drafted/accepted tokens, from the recorded trace."""
+    tokens = Counter(record.window for record in result.tokens)
+    passes, drafted, accepted = Counter(), Counter(), Counter()
+    for step in result.steps:
+        passes[step.window] += 1
+        drafted[step.window] += len(step.drafted)
+        accepted[step.window] += step.n_accepted
+    return [
+        WindowStats(w, tokens[w.index], passes[w.index], drafted[w.index], accepted[w.index])
+        for w in result.windows
+    ]
+
+
+def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> go.Figure:
+    """The file's timeline: a bar over each decoded window's audio (x: seconds of the file), as high as its
+    tokens per target pass; colours alternate from one chunk (or window) to the next.
+
+    audio_seconds, if given, ends the bars there: a short clip's one window counts the padding to 30 s."""
+    rows = window_stats(result)
+    end = math.inf if audio_seconds is None else audio_seconds
+    chunked = any(row.window.chunk is not None for row in rows)
+    colours = [WINDOW_COLOURS[_group(row.window) % 2] for row in rows]
+    starts = [row.window.start_seconds for row in rows]
+    widths = [_audio_in(row.window, end) for row in rows]
+    figure = go.Figure(
+        go.Bar(
+            x=starts,
+            y=[row.tokens_per_pass for row in rows],
+            width=widths,
+            offset=0,  # each bar spans [start, start + seconds]
+            name="chunks" if chunked else "windows",
+            # see-through, each outlined in its own colour: where chunks overlap, both edges show
+            marker={"color": colours, "opacity": 0.45, "line": {"color": colours, "width": 2}},
+            hovertext=[_window_hover(row, end) for row in rows],
+            hoverinfo="text",
+        )
+    )
+    figure.add_hline(
+        y=1, line={"color": BASELINE_COLOUR, "dash": "dash", "width": 1}, annotation_text="target alone"
+    )
+    unit = "chunk by chunk (30 s, 5 s overlap)" if chunked else "window by window"
+    figure.update_layout(
+        title=f"The file {unit}: tokens per target pass (hover a bar for its window)",
+        xaxis_title="seconds of the file",
+        yaxis_title="tokens per target pass",
+        barmode="overlay",
+        **_layout(),
+    )
+    # the file from its start to its end: Plotly's own range pads the bars with negative seconds
+    figure.update_xaxes(range=[0, max((a + b for a, b in zip(starts, widths, strict=True)), default=1)])
+    return figure
+
+
+def _audio_in(window: Window, end: float) -> float:
+    return round(max(0.0, min(window.seconds, end - window.start_seconds)), 2)
+
+
+def _group(window: Window) -> int:
+    return window.index if window.chunk is None else window.chunk
+
+
+def _window_name(window: Window) -> str:
+    """1-based, as people count: "window 3" or "window 3 (chunk 2)"."""
+    chunk = "" if window.chunk is None else f" (chunk {window.chunk + 1})"
+    return f"window {window.index + 1}{chunk}"
+
+
+def _window_hover(row: WindowStats, end: float) -> str:
+    window, rate = row.window, row.acceptance_rate
+    acceptance = "nothing drafted" if rate is None else f"{rate:.0%} ({row.num_accepted}/{row.num_drafted})"
+    stop = window.start_seconds + _audio_in(window, end)
+    return (
+        f"{_window_name(window)}<br>{window.start_seconds:.1f}–{stop:.1f} s of the file"
+        f"<br>{row.num_tokens} tokens in {row.num_passes} target passes ({row.tokens_per_pass:.2f} per pass)"
+        f"<br>acceptance {acceptance}"
+    )
+
+
+def time_breakdown(result: DecodeResult) -> dict[str, float]:
+    """Seconds in the encoder(s), drafting, verifying, and everything else (processing, bookkeeping); a
+    batched pass or encoder call (chunked long-form) counts once, not once per row."""
+    parts = {
+        "encoder": result.encoder_seconds,
+        "draft": result.draft_seconds,
+        "verify": result.verify_seconds,
+    }
+    parts["other"] = max(result.total_seconds - sum(parts.values()), 0.0)
+    return parts
+
+
+def breakdown_figure(baseline: DecodeResult, speculative: DecodeResult) -> go.Figure:
+    """Stacked horizontal bars: where each run's wall-clock time went."""
+    figure = go.Figure()
+    runs = ("target alone", "speculative")
+    breakdowns = (time_breakdown(baseline), time_breakdown(speculative))
+    for part, colour in BREAKDOWN_COLOURS.items():
+        seconds = [breakdown[part] for breakdown in breakdowns]
+        figure.add_trace(
+            go.Bar(
+                y=runs,
+                x=seconds,
+                name=part,
+                orientation="h",
+                marker_color=colour,
+                text=[f"{s:.2f}s" for s in seconds],
+                textposition="inside",
+            )
+        )
+    figure.update_layout(title="Where the time went", barmode="stack", xaxis_title="seconds", **_layout())
+    return figure
+
+
+def _layout() -> dict:
+    return {
+        "template": "plotly_white",
+        "height": 340,
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "legend": {"orientation": "h", "y": -0.25},
+    }

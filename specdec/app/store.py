@@ -1,0 +1,181 @@
+"""The app's models: the allowed target/draft pairs, loaded on first use and kept, and what the page says
+about them. The UI offers only the store's pairs; other checkpoints come in only through the server's own
+flags. Models load once and are shared between pairs; every newly loaded pair is warmed up before its
+first timing, and its models get the packed CPU kernels (`engine.kernels.pack`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+from specdec.api import SpeculativeWhisper
+from specdec.engine import kernels
+from specdec.whisper.models import (
+    LoadedModel,
+    PairError,
+    default_pair,
+    load_model,
+    make_pair,
+    pick_device,
+    unavailable,
+)
+from specdec.whisper.tokens import language_token_id
+
+# the pairs the app offers (label -> (target, draft)); the first for the device is the default
+DEFAULT_PAIRS = {
+    "whisper-base ← whisper-tiny.en (74M ← 39M, bundled)": ("base", "tiny.en"),
+    "whisper-large-v3 ← whisper-tiny (1550M ← 39M)": ("large-v3", "tiny"),
+    "whisper-large-v3 ← distil-large-v3 (shares the encoder)": ("large-v3", "distil-large-v3"),
+    "whisper-large-v3 ← whisper-large-v3-turbo (4 decoder layers)": ("large-v3", "large-v3-turbo"),
+}
+DEMO_PAIRS = {
+    "demo target ← demo draft, separate encoder and vocabulary (like whisper-tiny)": "draft-separate",
+    "demo target ← demo draft, shared encoder (like distil-large-v3)": "draft-shared",
+}
+DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
+OFFLINE_HINT = (
+    "Without network access, choose the bundled pair, whisper-base ← whisper-tiny.en "
+    "(python app.py without --target and --draft offers it)."
+)
+MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
+
+
+LANGUAGE_IDS = {f"<|{code}|>": index for index, code in enumerate(LANGUAGES)}  # for checking names only
+
+
+class UserError(ValueError):
+    """A problem the person using the app can fix (bad audio, bad options, models unavailable)."""
+
+
+@dataclass
+class ModelStore:
+    """The allowed target/draft pairs, loaded on first use and kept; one lock for the model work.
+
+    Models are shared between pairs (one whisper-large-v3 for all its drafts)."""
+
+    pairs: dict[str, tuple[str, str]]  # label shown in the UI -> (target, draft): hub ids, names or folders
+    device: str = "auto"
+    warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
+    max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
+    _models: dict[str, LoadedModel] = field(default_factory=dict)
+    _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _runs: itertools.count = field(default_factory=itertools.count)
+
+    @property
+    def default_pair(self) -> str:
+        return next(iter(self.pairs))
+
+    def whisper(self, label: str) -> SpeculativeWhisper:
+        """The pair for one allowed label, loaded and warmed up on first use."""
+        if label not in self.pairs:
+            raise UserError(f"Unknown model pair {label!r}; choose one from the list.")
+        with self._lock:
+            if label not in self._whispers:
+                self._whispers[label] = self._load(*self.pairs[label])
+            return self._whispers[label]
+
+    def loaded(self, label: str) -> SpeculativeWhisper | None:
+        return self._whispers.get(label)
+
+    def choices(self) -> list[tuple[str, str]]:
+        """(shown, value) for a dropdown: a pair whose weights cannot be had here says so in its name."""
+        shown = []
+        for label, names in self.pairs.items():
+            reasons = [reason for name in names if (reason := unavailable(name))]
+            shown.append((f"{label} · unavailable: {reasons[0]}" if reasons else label, label))
+        return shown
+
+    def next_baseline_first(self) -> bool:
+        """Alternate which run goes first, one comparison to the next."""
+        return next(self._runs) % 2 == 0
+
+    def _load(self, target_name: str, draft_name: str) -> SpeculativeWhisper:
+        device = pick_device(self.device)
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+        try:
+            models = [self._model(name, device, dtype) for name in (target_name, draft_name)]
+            whisper = SpeculativeWhisper.from_pair(make_pair(*models))
+        except PairError as error:
+            message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
+            raise UserError(f"{message} (Details: {error})") from error
+        if self.warm_up:
+            whisper.warm_up()
+        return whisper
+
+    def _model(self, name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+        if name not in self._models:
+            self._models[name] = load_model(name, device, dtype)
+            kernels.pack(self._models[name].model)  # models the store loaded itself: faster CPU steps
+        return self._models[name]
+
+
+def pairs_by_device(device: str = "auto") -> dict[str, tuple[str, str]]:
+    """DEFAULT_PAIRS with the device's default first: the bundled real pair on a CPU, large-v3's on a GPU."""
+    default = default_pair(device)
+    first = [label for label, pair in DEFAULT_PAIRS.items() if pair == default]
+    return {label: DEFAULT_PAIRS[label] for label in first + [p for p in DEFAULT_PAIRS if p not in first]}
+
+
+def pairs_for(target: str, drafts: list[str]) -> dict[str, tuple[str, str]]:
+    """One pair per draft for the same target, labelled by name."""
+    return {f"{target} ← {draft}": (target, draft) for draft in drafts}
+
+
+def demo_store(device: str = "auto") -> ModelStore:
+    """The random-weight demo target and drafts, built into the cache folder on first use."""
+    if not (DEMO_CACHE / "draft-shared" / "config.json").exists():
+        from specdec.whisper.demo import build_demo_models
+
+        build_demo_models(DEMO_CACHE)
+    return ModelStore(demo_pairs(DEMO_CACHE), device)
+
+
+def demo_pairs(folder: Path) -> dict[str, tuple[str, str]]:
+    """The demo pairs of demo checkpoints written under `folder` (`demo_models.build_demo_models`)."""
+    return {label: (str(folder / "target"), str(folder / draft)) for label, draft in DEMO_PAIRS.items()}
+
+
+def chosen_language(language: str | None) -> str | None:
+    """The UI's language choice: None for auto-detection, else a checked Whisper language code or name."""
+    if language in ("auto", "", None):
+        return None
+    language_token_id(GenerationConfig(lang_to_id=LANGUAGE_IDS), language)  # ValueError if unknown
+    return language
+
+
+def store_summary(store: ModelStore) -> str:
+    """The default pair's models: names, sizes, where the weights came from, device and precision."""
+    whisper = store.loaded(store.default_pair)
+    if whisper is None:
+        return f"Models: {store.default_pair} (not loaded yet)"
+    target, draft = whisper.pair.target, whisper.pair.draft
+    parameter = next(target.model.parameters())
+    return (
+        f"Target {model_summary(target)} ← draft {model_summary(draft)}; on {parameter.device}, "
+        f"{str(parameter.dtype).removeprefix('torch.')}."
+    )
+
+
+def model_summary(model: LoadedModel) -> str:
+    """'openai/whisper-base (73M parameters, bundled in ...)'."""
+    return f"{model.name} ({model.num_parameters / 1e6:.0f}M parameters, {model.source or 'loaded'})"
+
+
+def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> str:
+    """A line for the page when an English-only draft meets another language or a translation, else ''."""
+    if whisper.pair.draft_fits(language, task):
+        return ""
+    what = "translating" if task == "translate" else f"on {language or 'non-English'} audio"
+    return (
+        f"{whisper.pair.draft.name} drafts English only: {what} its drafts are mostly rejected, and adaptive "
+        "drafting pauses it. The output is still the target's own."
+    )

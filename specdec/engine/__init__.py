@@ -1,0 +1,12 @@
+"""The speculative decoding engine: one batched loop, where one clip is a batch of one.
+
+    windows.decode_clips     the seek loop over N clips: window by window, rows of a batch
+      loop.decode_rows       the loop: propose -> verify -> accept -> roll back -> record -> drop
+        drafters             who proposes (the draft model, the previous hypothesis, a plug-in)
+        draft_length         how many (fixed, adaptive, cost-aware)
+        acceptance           the rules (greedy, Leviathan et al. rejection sampling): pure tensor code
+        cache                each model's decoder with per-row KV caches (feed / roll back / keep rows)
+        kernels              packed CPU weights, installed only by an explicit `kernels.pack`
+
+The engine imports only `specdec.whisper`, `specdec.options`, `specdec.trace` and `specdec.audio`.
+"""

@@ -1,0 +1,215 @@
+"""Who proposes the next tokens: the draft model, the previous hypothesis of a live stream, or a plug-in.
+
+A drafter serves a whole batch. `propose(rows, num_draft_tokens, options)` returns one `Proposal` per row
+(target ids, the draft's distribution at each position for rejection sampling, and where it came from);
+`keep(rows)` follows the rows that stay when others finish. Any object with these two methods and a
+`free` flag is a drafter: the benchmarks' controlled-acceptance drafter is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from specdec.engine.cache import CachedDecoder
+from specdec.engine.state import Row
+from specdec.options import DecodeOptions
+from specdec.trace import DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL
+from specdec.whisper.vocabulary import VocabularyMap
+
+MATCH_LENGTH = 3  # generated tokens to look up in a previous hypothesis after the two diverged
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A row's proposed tokens (target ids) with the draft's distribution at each position."""
+
+    tokens: list[int]
+    draft_probs: torch.Tensor | None  # (len(tokens), target vocab); None when nothing was proposed
+    source: str  # trace.SOURCES: the draft model, the previous hypothesis, or none
+
+
+NOTHING = Proposal([], None, NO_PROPOSAL)
+
+
+class Drafter(Protocol):
+    """Proposes tokens for every row of a batch."""
+
+    free: bool  # its proposals cost no forward pass: asked even for rows whose draft length is 0
+
+    def propose(
+        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
+    ) -> list[Proposal]:
+        """Row b's proposal of up to num_draft_tokens[b] tokens after row b's sequence."""
+        ...
+
+    def keep(self, rows: Sequence[int]) -> None:
+        """Forget every row not in `rows` (indices into the current batch, in the order kept)."""
+        ...
+
+
+def choose_token(
+    scores: torch.Tensor, probs: torch.Tensor, sampling: bool, generator: torch.Generator | None
+) -> int:
+    """Argmax of the processed scores, or a sample from probs; scores, probs: (1, vocab)."""
+    if sampling:
+        return int(torch.multinomial(probs[0], 1, generator=generator))
+    return int(scores[0].argmax())
+
+
+class DraftModel:
+    """The draft model's side of a batch: per row its own draft ids and cache length, proposals in target
+    ids (a draft token the target lacks gets no mass: `VocabularyMap.logits_to_target`)."""
+
+    free = False
+
+    def __init__(
+        self, decoder: CachedDecoder, vocabulary: VocabularyMap, draft_prompts: list[list[int]]
+    ) -> None:
+        self.decoder = decoder
+        self.vocabulary = vocabulary
+        self.draft_prompts = draft_prompts
+        self.sequences = [list(prompt) for prompt in draft_prompts]  # draft ids, per row
+
+    def propose(
+        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
+    ) -> list[Proposal]:
+        """Row b drafts up to num_draft_tokens[b] tokens, one batched draft pass per position (fewer if
+        the draft proposes end-of-text or is less sure than options.draft_confidence)."""
+        drafting = [b for b, n in enumerate(num_draft_tokens) if n > 0]
+        self._follow(rows, drafting)
+        tokens: list[list[int]] = [[] for _ in rows]
+        probs: list[list[torch.Tensor]] = [[] for _ in rows]
+        while drafting:
+            feeds = [
+                self.sequences[b][self.decoder.lengths[b] :] if b in drafting else []
+                for b in range(len(rows))
+            ]
+            logits = self.decoder.feed(feeds)
+            last = self.vocabulary.logits_to_target(torch.stack([logits[b][-1] for b in drafting]))
+            still_drafting = []
+            for b, row_logits in zip(drafting, last, strict=True):  # row_logits: (target vocab,)
+                row = rows[b]
+                scores = row.pipeline.scores_at(row.sequence + tokens[b], [], row_logits[None])
+                draft_probs = (
+                    row.pipeline.probs(scores) if options.sampling else torch.softmax(scores.float(), -1)
+                )
+                token = choose_token(scores, draft_probs, options.sampling, row.generator)
+                tokens[b].append(token)
+                probs[b].append(draft_probs[0])
+                self.sequences[b].append(self.vocabulary.to_draft([token])[0])
+                unsure = float(draft_probs[0, token]) < options.draft_confidence
+                if token != row.pipeline.eos_token_id and not unsure and len(tokens[b]) < num_draft_tokens[b]:
+                    still_drafting.append(b)
+            drafting = still_drafting
+        return [
+            Proposal(row_tokens, torch.stack(row_probs), DRAFT_MODEL) if row_tokens else NOTHING
+            for row_tokens, row_probs in zip(tokens, probs, strict=True)
+        ]
+
+    def _follow(self, rows: Sequence[Row], drafting: list[int]) -> None:
+        """Make these rows' draft sequences their rows', keeping each cache up to their common prefix."""
+        lengths = list(self.decoder.lengths)
+        for b in drafting:
+            sequence = self.draft_prompts[b] + self.vocabulary.to_draft(rows[b].generated)
+            # keep the common prefix, but feed at least the newest token: its logits predict the next one
+            lengths[b] = min(common_length(self.sequences[b][: lengths[b]], sequence), len(sequence) - 1)
+            self.sequences[b] = sequence
+        self.decoder.rollback(lengths)
+
+    def keep(self, rows: Sequence[int]) -> None:
+        self.decoder.keep(list(rows))
+        self.draft_prompts = [self.draft_prompts[b] for b in rows]
+        self.sequences = [self.sequences[b] for b in rows]
+
+
+class PreviousHypothesis:
+    """The previous update's hypothesis as a free draft (live streams): consecutive updates decode almost
+    the same audio, so the last output usually continues the current one, at the cost of a list lookup.
+
+    Row b proposes its hypothesis's continuation from the current position, up to `max_tokens` at once (it
+    is not held to the draft model's k: a proposal costs nothing to make); where that runs out, or was
+    rejected at the previous step, the fallback (the draft model, if any) proposes. A hypothesis proposal
+    is a point mass, so rejection sampling stays exact with a one-hot draft distribution.
+    """
+
+    free = True
+
+    def __init__(
+        self,
+        hypotheses: Sequence[Sequence[int] | None],
+        fallback: Drafter | None,
+        vocabulary_size: int,
+        max_tokens: int = 32,
+    ) -> None:
+        self.hypotheses = [
+            list(h) if h is not None else None for h in hypotheses
+        ]  # target ids, to end-of-text
+        self.fallback = fallback
+        self.vocabulary_size = vocabulary_size
+        self.max_tokens = max_tokens  # longest proposal from a hypothesis (one verify pass checks it)
+
+    def propose(
+        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
+    ) -> list[Proposal]:
+        proposals = [NOTHING] * len(rows)
+        fallback_lengths = [0] * len(rows)
+        for b, (row, hypothesis) in enumerate(zip(rows, self.hypotheses, strict=True)):
+            found = (
+                [] if hypothesis is None or _just_rejected(row) else continuation(hypothesis, row.generated)
+            )
+            tokens = found[: min(max(num_draft_tokens[b], self.max_tokens), row.budget - 1)]
+            if tokens:
+                proposals[b] = Proposal(tokens, self._point_masses(tokens, row), HYPOTHESIS)
+            elif self.fallback is not None:
+                fallback_lengths[b] = num_draft_tokens[b]
+        if any(fallback_lengths):
+            drafted = self.fallback.propose(rows, fallback_lengths, options)
+            proposals = [d if n else p for p, d, n in zip(proposals, drafted, fallback_lengths, strict=True)]
+        return proposals
+
+    def keep(self, rows: Sequence[int]) -> None:
+        self.hypotheses = [self.hypotheses[b] for b in rows]
+        if self.fallback is not None:
+            self.fallback.keep(rows)
+
+    def _point_masses(self, tokens: list[int], row: Row) -> torch.Tensor:
+        """(len(tokens), vocab) one-hot draft distributions, for rejection sampling."""
+        probs = torch.zeros(len(tokens), self.vocabulary_size, device=row.generator.device)
+        probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
+        return probs
+
+
+def continuation(hypothesis: Sequence[int], generated: Sequence[int]) -> list[int]:
+    """What a hypothesis says comes after `generated`: by position while the two agree, else after the last
+    place the hypothesis holds the newest MATCH_LENGTH generated tokens."""
+    hypothesis, generated = list(hypothesis), list(generated)
+    position = len(generated)
+    if hypothesis[:position] == generated:
+        return hypothesis[position:]
+    tail = generated[-MATCH_LENGTH:]
+    if len(tail) < MATCH_LENGTH:
+        return []
+    for start in range(len(hypothesis) - MATCH_LENGTH, -1, -1):
+        if hypothesis[start : start + MATCH_LENGTH] == tail:
+            return hypothesis[start + MATCH_LENGTH :]
+    return []
+
+
+def _just_rejected(row: Row) -> bool:
+    """The row's last step proposed from the hypothesis and the target rejected part of it."""
+    if not row.steps:
+        return False
+    last = row.steps[-1]
+    return last.source == HYPOTHESIS and last.n_accepted < len(last.drafted)
+
+
+def common_length(first: Sequence[int], second: Sequence[int]) -> int:
+    """Length of the longest common prefix of two sequences."""
+    return next(
+        (i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b),
+        min(len(first), len(second)),
+    )

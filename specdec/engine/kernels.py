@@ -1,0 +1,108 @@
+"""Faster CPU matrix products for the decoders: oneDNN-packed float32 weights, used inside our loop only.
+
+A decoder step multiplies a few token vectors by every weight matrix: memory-bound work. PyTorch's
+default CPU path (MKL sgemm on the row-major `nn.Linear` weight) streams a large-v3 decoder's 3.4 GB of
+weights at about half the machine's bandwidth for one token, and twice as slowly again for 2-10 tokens,
+so a verify pass of k+1 tokens cost about two single-token steps. With the weights reordered once into
+oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`), one token takes ~0.6x the time and
+k+1 tokens only ~1.1-1.2x one token (measured on the benchmark machine, see docs/benchmarks.md).
+
+This changes the model, so it is explicit and reversible: `pack(model)` makes the decoder's `nn.Linear`
+layers (and the output projection) `PackedLinear`, a subclass that keeps its parameters (state dicts,
+tying and `.to()` are unchanged) and a packed copy of the weight (memory: one more copy of the
+decoder's weights); `unpack(model)` makes them `nn.Linear` again. `SpeculativeWhisper` packs the models
+it loads itself; a pair passed in is left as it is. The packed path runs only inside `active()`, which the
+engine's decoder cache enters: anyone else calling the same model (transformers' `generate()` included)
+gets the stock kernels. Results differ from the stock kernels by float rounding only (summation order),
+as the stock kernels already differ between one token and several; the tests check that outputs stay
+identical to `generate()`. SPECDEC_PACKED_KERNELS=0 turns `pack` into a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BATCH_HINT = 8  # rows the packed layout is tuned for: a verify pass of k+1 tokens (1-12 are all fast)
+
+_state = threading.local()  # per thread: is the packed path active (a Gradio server decodes in threads)
+
+
+def available() -> bool:
+    """oneDNN is built in and not switched off with SPECDEC_PACKED_KERNELS=0."""
+    enabled = os.environ.get("SPECDEC_PACKED_KERNELS", "1") != "0"
+    return enabled and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class PackedLinear(nn.Linear):
+    """An nn.Linear that, inside `active()`, multiplies with a oneDNN-packed copy of its weight."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not getattr(_state, "active", False) or x.dtype != torch.float32 or x.device.type != "cpu":
+            return F.linear(x, self.weight, self.bias)
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return F.linear(x, self.weight, self.bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(), self.bias, "none", [], "")
+
+    def _packed_weight(self) -> torch.Tensor:
+        """The packed copy, redone if the weight was replaced or changed in place since."""
+        key = (self.weight.data_ptr(), self.weight._version)
+        if getattr(self, "_packed_key", None) != key:
+            with torch.no_grad():
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
+            self._packed_key = key
+        return self._packed
+
+
+def pack(model: nn.Module) -> int:
+    """Make the decoder's and output projection's nn.Linear layers PackedLinear; returns how many.
+
+    Only for float32 models on the CPU (elsewhere, and when not available(), nothing changes). Idempotent.
+    """
+    if not available() or next(model.parameters()).device.type != "cpu":
+        return 0
+    swapped = 0
+    for module in _decoder_modules(model):
+        if type(module) is nn.Linear and module.weight.dtype == torch.float32:
+            module.__class__ = PackedLinear  # same parameters, hooks and state dict; new forward
+            swapped += 1
+    return swapped
+
+
+def unpack(model: nn.Module) -> int:
+    """Undo `pack`: PackedLinear layers become nn.Linear again (their packed copies freed)."""
+    restored = 0
+    for module in _decoder_modules(model):
+        if type(module) is PackedLinear:
+            module.__class__ = nn.Linear
+            for name in ("_packed", "_packed_key"):
+                module.__dict__.pop(name, None)
+            restored += 1
+    return restored
+
+
+def is_packed(model: nn.Module) -> bool:
+    return any(type(module) is PackedLinear for module in model.modules())
+
+
+def _decoder_modules(model: nn.Module) -> Iterator[nn.Module]:
+    roots = [m for name, m in model.named_modules() if name.endswith("decoder") or name == "proj_out"]
+    for root in roots:
+        yield from root.modules()
+
+
+@contextlib.contextmanager
+def active() -> Iterator[None]:
+    """Use the packed weights of every PackedLinear called in this thread, within the block."""
+    previous = getattr(_state, "active", False)
+    _state.active = True
+    try:
+        yield
+    finally:
+        _state.active = previous

@@ -1,0 +1,154 @@
+"""The speculative decoding loop, over a batch of rows (one clip's window is a batch of one).
+
+Each step, for every row still decoding:
+
+  propose:   the drafter proposes up to each row's draft length (`draft_length`), in target ids ->
+  verify:    one target pass over each row's pending tokens and its proposal ->
+  accept:    the acceptance rule keeps a prefix and supplies one token (greedy, or rejection sampling) ->
+  roll back: each row's target cache to its own length (a draft model's follows at its next proposal) ->
+  record:    one Step per row, each naming the one Pass that holds the step's seconds ->
+  stop:      rows that reached end-of-text or their budget leave the batch and cost nothing more.
+
+No row is held to the batch's minimum: each accepts its own number of tokens (the cache keeps each row
+at its own length). Target-only decoding is this loop without a drafter, so both are timed by the same
+code. Greedy output of every row is token for token what decoding its clip alone gives, and what
+`generate()` gives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from specdec.engine.acceptance import Verdict, greedy_accept, speculative_sample
+from specdec.engine.cache import CachedDecoder
+from specdec.engine.draft_length import StepFacts, draft_length
+from specdec.engine.drafters import NOTHING, Drafter, Proposal
+from specdec.engine.state import Clock, Row
+from specdec.options import DecodeOptions
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, DRAFT_MODEL, TARGET, Pass, Step, TokenRecord
+
+
+def decode_rows(
+    target: CachedDecoder, drafter: Drafter | None, rows: list[Row], options: DecodeOptions, clock: Clock
+) -> None:
+    """Decode every row's window to end-of-text or its budget; the rows' steps and tokens record how."""
+    lengths = draft_length(options, len(rows)) if drafter is not None else None
+    active = list(rows)  # active[b] is row b of the target's (and the drafter's) batch
+    while active:
+        start = time.perf_counter()
+        pending = [len(row.sequence) - length for row, length in zip(active, target.lengths, strict=True)]
+        num_draft_tokens = lengths.choose(active, pending) if lengths is not None else [0] * len(active)
+        proposals = propose(drafter, active, num_draft_tokens, options)
+        verify_start = time.perf_counter()
+        draft_seconds = verify_start - start if drafter is not None else 0.0
+        feeds = [
+            row.sequence[length:] + proposal.tokens
+            for row, proposal, length in zip(active, proposals, target.lengths, strict=True)
+        ]
+        verdicts = [
+            verify(row, proposal, logits[-(len(proposal.tokens) + 1) :], options)
+            for row, proposal, logits in zip(active, proposals, target.feed(feeds), strict=True)
+        ]
+        target.rollback([len(row.sequence) - 1 for row in active])  # the newest token is fed next step
+        done = time.perf_counter()
+        step_pass = clock.new_pass(len(active), start, draft_seconds, done - verify_start)
+        for row, proposal, verdict in zip(active, proposals, verdicts, strict=True):
+            record(row, proposal, verdict, step_pass)
+        if lengths is not None:
+            lengths.observe(_facts(proposals, verdicts, feeds, step_pass))
+        active = _drop_finished(active, target, drafter, lengths)
+
+
+def propose(
+    drafter: Drafter | None, rows: Sequence[Row], num_draft_tokens: list[int], options: DecodeOptions
+) -> list[Proposal]:
+    """Every row's proposal; nothing without a drafter, or when no row may draft from a costly one."""
+    if drafter is None or not (drafter.free or any(num_draft_tokens)):
+        return [NOTHING] * len(rows)
+    return drafter.propose(rows, num_draft_tokens, options)
+
+
+def verify(row: Row, proposal: Proposal, logits: torch.Tensor, options: DecodeOptions) -> Verdict:
+    """The acceptance rule on the target's logits (k+1, vocab) after the row's sequence; the row gets the
+    kept proposal tokens and the target's own token, labelled."""
+    scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits)
+    draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
+    if options.sampling:
+        target_probs = row.pipeline.probs(scores)
+        draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
+        verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)
+    else:
+        target_probs = torch.softmax(scores.float(), dim=-1)
+        verdict = greedy_accept(draft_tokens, scores)
+    accept_tokens(row, proposal, verdict, target_probs)
+    return verdict
+
+
+def accept_tokens(row: Row, proposal: Proposal, verdict: Verdict, target_probs: torch.Tensor) -> None:
+    """Append the kept proposal tokens and the target's token to the row, labelled; stop at end-of-text."""
+    num_proposed = len(proposal.tokens)
+    new_tokens = proposal.tokens[: verdict.n_accepted] + [verdict.next_token]
+    last_label = TARGET if not num_proposed else BONUS if verdict.n_accepted == num_proposed else CORRECTED
+    labels = [ACCEPTED] * verdict.n_accepted + [last_label]
+    eos = row.pipeline.eos_token_id
+    if eos in new_tokens:
+        new_tokens = new_tokens[: new_tokens.index(eos) + 1]
+        row.finished = True
+    for position, (token, label) in enumerate(zip(new_tokens, labels, strict=False)):
+        has_draft = position < num_proposed and proposal.draft_probs is not None
+        row.tokens.append(
+            TokenRecord(
+                token_id=token,
+                label=label,
+                step=row.next_step,
+                window=row.window,
+                target_prob=float(target_probs[position, token]),
+                draft_prob=float(proposal.draft_probs[position, token]) if has_draft else None,
+                kept=token != eos,
+            )
+        )
+    row.sequence.extend(new_tokens)
+
+
+def record(row: Row, proposal: Proposal, verdict: Verdict, step_pass: Pass) -> None:
+    """The row's Step for this pass, and the pass among those the row took part in."""
+    row.steps.append(
+        Step(
+            index=row.next_step,
+            window=row.window,
+            pass_index=step_pass.index,
+            source=proposal.source,
+            drafted=tuple(proposal.tokens),
+            n_accepted=verdict.n_accepted,
+            target_token=row.tokens[-1].token_id if row.tokens[-1].label != ACCEPTED else None,
+        )
+    )
+    row.passes.append(step_pass)
+    row.finished = row.finished or row.budget <= 0
+
+
+def _facts(
+    proposals: list[Proposal], verdicts: list[Verdict], feeds: list[list[int]], step_pass: Pass
+) -> StepFacts:
+    drafted = [len(p.tokens) if p.source == DRAFT_MODEL else 0 for p in proposals]
+    return StepFacts(
+        num_drafted=[len(p.tokens) for p in proposals],
+        n_accepted=[v.n_accepted for v in verdicts],
+        tokens_fed=sum(len(feed) for feed in feeds),
+        verify_seconds=step_pass.verify_seconds,
+        draft_passes=max(drafted, default=0),  # one batched draft-model pass per drafted position
+        draft_seconds=step_pass.draft_seconds,
+    )
+
+
+def _drop_finished(active: list[Row], target: CachedDecoder, drafter, lengths) -> list[Row]:
+    """The rows still decoding; the finished ones leave the target's, the drafter's and the policy's batch."""
+    unfinished = [b for b, row in enumerate(active) if not row.finished]
+    if len(unfinished) < len(active):
+        for part in (target, drafter, lengths):
+            if part is not None:
+                part.keep(unfinished)
+    return [active[b] for b in unfinished]

@@ -1,0 +1,57 @@
+"""Long audio (over 30 s), sequential mode: Whisper's own long-form algorithm, as `generate()` runs it.
+
+`generate()` on features longer than 3000 frames (the feature extractor called with `truncation=False,
+padding="longest"`) decodes segment by segment: each 30 s window from `seek`, keeping the tokens up to
+the last timestamp pair and seeking to its first timestamp (or past the window after a single final
+timestamp). That is the loop `engine.windows.decode_clips` already runs (`split_window`); here it gets
+the features of a long file one window at a time, and the draft speculates inside each window. Greedy
+output is token for token `generate(features, attention_mask=..., return_timestamps=True, ...)` with its
+long-form defaults: no temperature fallback (`compression_ratio_threshold`/`logprob_threshold` None),
+`condition_on_prev_tokens` off (what generate() uses unless the generation config sets it).
+
+Memory: the whole file is one float32 16 kHz array (`audio.load_audio` reads it block by block), and
+log-mel features exist for one window at a time. The extractor scales every frame against the loudest
+frame of the whole input (a floor 8 log10 units below it), so a first pass finds that maximum window by
+window; each window's features are then exactly the whole-file features' frames (tests/test_longform.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from specdec.audio import SAMPLE_RATE
+from specdec.engine.windows import ClipDecoding, decode_clips
+from specdec.longform import Progress
+from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult
+from specdec.whisper.features import pair_features
+from specdec.whisper.models import ModelPair
+
+
+def decode_sequential(
+    pair: ModelPair,
+    waveform: np.ndarray,
+    options: DecodeOptions,
+    speculative: bool = True,
+    progress: Progress | None = None,
+) -> DecodeResult:
+    """A long 16 kHz waveform decoded as generate() decodes it, segment by segment (timestamps forced on,
+    as generate() requires for long input); speculative inside each segment.
+
+    The result's windows are its segments' seek table; tokens and steps name their window.
+    """
+    if getattr(pair.target.model.generation_config, "condition_on_prev_tokens", False):
+        raise ValueError("long-form decoding does not condition on previous segments; unset it in the config")
+    features = pair_features(pair, waveform, speculative, long=True)
+    seconds = len(waveform) / SAMPLE_RATE
+
+    def on_window(clip: ClipDecoding) -> None:
+        if progress is not None:
+            done = min(clip.seek / clip.num_frames, 1.0)
+            progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
+
+    options = dataclasses.replace(options, timestamps=True)
+    (result,) = decode_clips(pair, [features], options, speculative, on_window=on_window)
+    return result

@@ -1,0 +1,278 @@
+"""Live transcription: re-decode the growing buffer at each update and commit with LocalAgreement-2.
+
+Each update appends a chunk (16 kHz) to the buffer and decodes the whole buffer (with timestamps, the
+committed text before the buffer as the prompt). The longest common prefix of the last two hypotheses
+is committed; committed text only grows. Once the buffer is longer than `trim_seconds`, it is cut at the
+end of the last committed segment, so the window stays under 30 s. The previous hypothesis drafts for
+free (`engine.drafters.PreviousHypothesis`); each update's output is still the target's own on that
+buffer.
+Silent chunks are not decoded (an RMS energy gate), so no text is invented on silence.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specdec.api import SpeculativeWhisper
+from specdec.audio import SAMPLE_RATE
+from specdec.engine.drafters import Drafter, PreviousHypothesis, common_length
+from specdec.engine.state import Row
+from specdec.options import DecodeOptions
+from specdec.trace import ACCEPTED, DecodeResult
+from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
+
+TARGET_SOURCE = "target"  # a token's source: the target's own (correction, bonus, or no proposal)
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    chunk_seconds: float = 1.0  # audio per update
+    trim_seconds: float = 15.0  # past this, cut the buffer at the end of the last committed segment
+    max_buffer_seconds: float = 27.0  # past this, commit the hypothesis and cut anyway (window < 30 s)
+    silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not decoded
+    reuse_hypothesis: bool = True  # the previous hypothesis drafts first
+    use_draft: bool = True  # the draft model drafts where the hypothesis cannot
+    language: str | None = None  # None: detected by the target on the first decoded buffer
+    num_draft_tokens: int = 6  # k of the draft model (adaptive)
+    max_reuse_tokens: int = 32  # longest proposal from the previous hypothesis (free: no model runs)
+    max_prompt_tokens: int = 120  # committed text tokens passed as the prompt of the next window
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one chunk changed: the text, how it was decoded and how long it took."""
+
+    index: int
+    stream_seconds: float  # audio received so far
+    decoded: bool  # False when the energy gate skipped the chunk
+    committed_text: str
+    tentative_text: str
+    latency_seconds: float  # from the chunk's arrival to the text being ready
+    buffer_start_seconds: float = 0.0  # stream time where the decoded buffer starts
+    prompt_ids: tuple[int, ...] = ()  # the previous text the buffer was decoded with
+    language: str | None = None
+    hypothesis: tuple[int, ...] = ()  # the decoded buffer's tokens (timestamps included)
+    committed_tokens: int = 0  # how many of them were committed by this update
+    earlier_text: str = ""  # committed text of audio cut from the buffer before this update
+    token_sources: tuple[str, ...] = ()  # per hypothesis token: reused, draft or target
+    proposals: dict = field(default_factory=dict)  # source -> {"drafted": n, "accepted": n}
+    result: DecodeResult | None = None
+
+    @property
+    def target_passes(self) -> int:
+        return self.result.num_target_passes if self.result else 0
+
+
+class StreamSession:
+    """One listener's live transcription state (one per browser session)."""
+
+    def __init__(self, whisper: SpeculativeWhisper, options: StreamOptions | None = None) -> None:
+        self.whisper = whisper
+        self.options = options or StreamOptions()
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget all audio and text."""
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.stream_seconds = 0.0
+        self.buffer_start_seconds = 0.0  # stream time of buffer[0]
+        self.archived_ids: list[int] = []  # committed text tokens of audio already cut from the buffer
+        self.committed: list[int] = []  # committed hypothesis tokens of the current buffer
+        self.hypothesis: list[int] = []  # the last hypothesis on the current buffer
+        self.language: str | None = self.options.language
+        self.speech_pending = False
+        self.updates: list[Update] = []
+
+    def feed(self, chunk: np.ndarray) -> Update:
+        """Append 16 kHz mono float32 audio, decode the buffer unless silent, commit, maybe trim."""
+        arrived = time.perf_counter()
+        self.stream_seconds += len(chunk) / SAMPLE_RATE
+        silent = rms_dbfs(chunk) < self.options.silence_dbfs
+        if silent and not self.speech_pending:
+            if not self.committed and not self.hypothesis:
+                self.buffer = np.zeros(0, dtype=np.float32)  # nothing said yet: keep no silence
+                self.buffer_start_seconds = self.stream_seconds
+            else:
+                self.buffer = np.concatenate([self.buffer, chunk])
+            return self._record(arrived, decoded=False)
+        self.buffer = np.concatenate([self.buffer, chunk])
+        self.speech_pending = not silent  # decode once more on the first silent chunk, then rest
+        decoded_from = {
+            "buffer_start_seconds": self.buffer_start_seconds,
+            "prompt_ids": self._prompt_ids(),
+            "earlier_text": self._text(self.archived_ids),
+        }
+        result = self._decode()
+        previous, self.hypothesis = self.hypothesis, list(result.token_ids)
+        agreed = common_prefix(previous, self.hypothesis)
+        if len(agreed) > len(self.committed) and agreed[: len(self.committed)] == self.committed:
+            self.committed = agreed
+        committed_tokens = len(self.committed)
+        self._trim(result)
+        return self._record(arrived, True, result, committed_tokens=committed_tokens, **decoded_from)
+
+    def finish(self) -> Update:
+        """Stop: commit the last hypothesis as it stands."""
+        if self.hypothesis[: len(self.committed)] == self.committed:
+            self.committed = list(self.hypothesis)
+        self.speech_pending = False
+        return self._record(time.perf_counter(), decoded=False)
+
+    @property
+    def committed_text(self) -> str:
+        return self._text(self.archived_ids + self.committed)
+
+    def _decode(self) -> DecodeResult:
+        """The buffer decoded speculatively (each step names where its proposal came from)."""
+        options = DecodeOptions(  # the prompt: the latest committed text before the buffer
+            language=self.language,
+            timestamps=True,
+            num_draft_tokens=self.options.num_draft_tokens,
+            adaptive=True,
+            prompt_ids=self._prompt_ids(),
+        )
+        make_drafter = self._previous_hypothesis if self.options.reuse_hypothesis else None
+        transcription = self.whisper.transcribe_waveform(
+            self.buffer,
+            options,
+            speculative=self.options.use_draft or self.options.reuse_hypothesis,
+            make_drafter=make_drafter,
+        )
+        result = transcription.result
+        self.language = self.language or result.language
+        return result
+
+    def _prompt_ids(self) -> tuple[int, ...]:
+        return tuple(self._text_ids(self.archived_ids)[-self.options.max_prompt_tokens :])
+
+    def _previous_hypothesis(self, rows: list[Row], draft_model: Drafter | None) -> Drafter:
+        """The last hypothesis (ending with end-of-text) drafts first, the draft model where it cannot."""
+        eos = self.whisper.pair.target.model.generation_config.eos_token_id
+        vocabulary_size = self.whisper.pair.target.model.config.vocab_size
+        fallback = draft_model if self.options.use_draft else None
+        hints = [self.hypothesis + [eos]] * len(rows)
+        return PreviousHypothesis(hints, fallback, vocabulary_size, self.options.max_reuse_tokens)
+
+    def _trim(self, result: DecodeResult) -> None:
+        """Cut the buffer at the end of the last committed segment once it is long."""
+        buffer_seconds = len(self.buffer) / SAMPLE_RATE
+        if buffer_seconds <= self.options.trim_seconds:
+            return
+        windows = [record.window for record in result.tokens if record.kept]
+        cut = last_segment_end(self.committed, windows, self._timestamp_begin)
+        if cut is None and buffer_seconds > self.options.max_buffer_seconds:
+            # forced, so that the window stays under 30 s: commit the hypothesis where it extends the
+            # committed tokens, and cut at its last segment end, else at the end of the buffer
+            if self.hypothesis[: len(self.committed)] == self.committed:
+                self.committed = list(self.hypothesis)
+            ends = last_segment_end(self.committed, windows, self._timestamp_begin)
+            cut = ends or (len(self.committed), buffer_seconds)
+        if cut is None:
+            return
+        end, seconds = cut
+        # a segment's end timestamp can lie past the audio heard so far: cut no further than the buffer
+        samples = min(int(seconds * SAMPLE_RATE), len(self.buffer))
+        self.archived_ids += self._text_ids(self.committed[:end])
+        offset = round(samples / SAMPLE_RATE / TIMESTAMP_SECONDS)
+        # the uncommitted rest, in the trimmed buffer's time: the next agreement's partner and draft
+        self.hypothesis = shift_timestamps(self.hypothesis[end:], -offset, self._timestamp_begin)
+        self.committed = []
+        self.buffer = self.buffer[samples:]
+        self.buffer_start_seconds += samples / SAMPLE_RATE
+
+    @property
+    def _timestamp_begin(self) -> int:
+        return timestamp_begin(self.whisper.pair.target.model.generation_config)
+
+    def _text_ids(self, token_ids: list[int]) -> list[int]:
+        return [token for token in token_ids if token < self._timestamp_begin]
+
+    def _text(self, token_ids: list[int]) -> str:
+        return self.whisper.decode_text(self._text_ids(token_ids))
+
+    def _record(self, arrived: float, decoded: bool, result=None, **decoded_from) -> Update:
+        tentative = (
+            self.hypothesis[len(self.committed) :]
+            if self.hypothesis[: len(self.committed)] == self.committed
+            else []
+        )
+        update = Update(
+            index=len(self.updates),
+            stream_seconds=self.stream_seconds,
+            decoded=decoded,
+            committed_text=self.committed_text,
+            tentative_text=self._text(tentative),
+            latency_seconds=time.perf_counter() - arrived,
+            hypothesis=tuple(result.token_ids) if result else (),
+            token_sources=token_sources(result) if result else (),
+            proposals=proposal_counts(result) if result else {},
+            result=result,
+            language=self.language,
+            **decoded_from,
+        )
+        self.updates.append(update)
+        return update
+
+
+def rms_dbfs(chunk: np.ndarray) -> float:
+    """Root-mean-square level in dB relative to full scale (-inf for digital silence)."""
+    if len(chunk) == 0:
+        return float("-inf")
+    rms = float(np.sqrt(np.mean(np.square(chunk, dtype=np.float64))))
+    return 20 * np.log10(rms) if rms > 0 else float("-inf")
+
+
+def common_prefix(first: list[int], second: list[int]) -> list[int]:
+    """LocalAgreement-2: the longest common prefix of two hypotheses."""
+    return list(first[: common_length(first, second)])
+
+
+def last_segment_end(tokens: list[int], windows: list[int], timestamp_begin: int) -> tuple[int, float] | None:
+    """(index after, seconds) of the last segment-closing timestamp in the first window, if any.
+
+    Only a cut where nothing but timestamps follows in `tokens` keeps committed text whole.
+    """
+    for index in range(len(tokens) - 1, 0, -1):
+        closes = tokens[index] >= timestamp_begin and tokens[index - 1] < timestamp_begin
+        in_first_window = index >= len(windows) or windows[index] == 0
+        if closes and in_first_window and all(t >= timestamp_begin for t in tokens[index + 1 :]):
+            return index + 1, (tokens[index] - timestamp_begin) * TIMESTAMP_SECONDS
+    return None
+
+
+def shift_timestamps(token_ids: list[int], offset: int, timestamp_begin: int) -> list[int]:
+    """Timestamp tokens moved by `offset` steps (dropping any that would go negative)."""
+    shifted = []
+    for token in token_ids:
+        if token >= timestamp_begin:
+            token += offset
+            if token < timestamp_begin:
+                continue
+        shifted.append(token)
+    return shifted
+
+
+def token_sources(result: DecodeResult) -> tuple[str, ...]:
+    """Per kept token: `reused` or `draft` for an accepted proposal, `target` for the target's own."""
+    sources = {step.index: step.source for step in result.steps}
+    return tuple(
+        sources[record.step] if record.label == ACCEPTED else TARGET_SOURCE
+        for record in result.tokens
+        if record.kept
+    )
+
+
+def proposal_counts(result: DecodeResult) -> dict[str, dict[str, int]]:
+    """Per proposal source: target passes it drafted for, tokens drafted, tokens accepted."""
+    counts: dict[str, dict[str, int]] = {}
+    for step in result.steps:
+        if not step.drafted:
+            continue
+        entry = counts.setdefault(step.source, {"steps": 0, "drafted": 0, "accepted": 0})
+        entry["steps"] += 1
+        entry["drafted"] += len(step.drafted)
+        entry["accepted"] += step.n_accepted
+    return counts

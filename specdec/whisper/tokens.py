@@ -1,0 +1,105 @@
+"""Whisper's token conventions, as transformers' `generate()` follows them: the forced decoder prompt,
+language tokens and detection, timestamps, and how a window's tokens split for the seek loop.
+
+`transformers` 5 `generate()` runs its segment-seek loop even for a clip under 30 s: when a window's
+output holds a timestamp pair but does not end on a single timestamp, it keeps the tokens up to the
+last pair, seeks to the first timestamp of that pair and decodes the rest of the (zero-padded)
+features again. It does so with timestamps requested and also without (a model may still emit
+timestamp tokens after `<|notimestamps|>`). `split_window` mirrors `WhisperGenerationMixin._retrieve_segment`.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+from specdec.options import DecodeOptions
+from specdec.whisper.models import ModelPair
+
+WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
+INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
+MAX_WINDOWS = 64  # per 30 s of audio: a guard against a window loop that stops advancing
+TIMESTAMP_SECONDS = 0.02  # one timestamp token step
+FRAME_SECONDS = 0.01  # one mel frame (hop of 160 samples at 16 kHz)
+
+
+def timestamp_begin(generation_config: GenerationConfig) -> int:
+    """The id of `<|0.00|>`; every id from it on is a timestamp."""
+    return generation_config.no_timestamps_token_id + 1
+
+
+def language_token_id(generation_config: GenerationConfig, language: str) -> int:
+    """'de', 'german' or '<|de|>' -> the id of `<|de|>`; a clear error for anything else."""
+    name = language.lower().strip()
+    code = name.strip("<|>") if name.startswith("<|") else TO_LANGUAGE_CODE.get(name, name)
+    token = f"<|{code}|>"
+    lang_to_id = getattr(generation_config, "lang_to_id", None) or {}
+    if code not in LANGUAGES or token not in lang_to_id:
+        raise ValueError(f"unsupported language {language!r}; use a code such as 'en', 'de', 'fr' or a name")
+    return lang_to_id[token]
+
+
+def forced_prompt(
+    generation_config: GenerationConfig,
+    language_id: int | None,
+    options: DecodeOptions,
+    previous_text: tuple[int, ...] = (),
+) -> list[int]:
+    """`[<|startofprev|> previous text]<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`,
+    as generate() builds it (with prompt_ids for the previous text)."""
+    prompt = [generation_config.prev_sot_token_id, *previous_text] if previous_text else []
+    prompt.append(generation_config.decoder_start_token_id)
+    if getattr(generation_config, "is_multilingual", False) and language_id is not None:
+        prompt += [language_id, generation_config.task_to_id[options.task]]
+    if not options.timestamps:
+        prompt.append(generation_config.no_timestamps_token_id)
+    return prompt
+
+
+def detect_language(pair: ModelPair, encoder_hidden_states: torch.Tensor) -> list[int]:
+    """Per row of encoder output (batch, 1500, d_model), the target's most likely language token after
+    `<|startoftranscript|>` (generate()'s own method)."""
+    target = pair.target.model
+    with torch.inference_mode():
+        language_ids = target.detect_language(
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            generation_config=target.generation_config,
+        )
+    return [int(language_id) for language_id in language_ids]
+
+
+def language_ids(pair: ModelPair, options: DecodeOptions, hidden: torch.Tensor) -> list[int | None]:
+    """The language token of each row's prompt (hidden: (batch, 1500, d_model)): None for an English-only
+    model, options.language if given, else detected by the target."""
+    config = pair.target.model.generation_config
+    if not getattr(config, "is_multilingual", False):
+        return [None] * hidden.shape[0]
+    if options.language is not None:
+        return [language_token_id(config, options.language)] * hidden.shape[0]
+    return detect_language(pair, hidden)
+
+
+def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) -> tuple[int, int]:
+    """(tokens kept, frames to seek forward) after decoding a window with timestamps.
+
+    Mirrors `_retrieve_segment`: a single timestamp at the end (or no timestamp pair at all) keeps
+    everything and moves past the window; otherwise the tail after the last timestamp pair is dropped
+    and decoding resumes at that pair's first timestamp.
+    """
+    is_timestamp = [token >= timestamp_begin for token in tokens]
+    single_ending = is_timestamp[-2:] == [False, True]
+    pair_ends = [i + 1 for i in range(len(tokens) - 1) if is_timestamp[i] and is_timestamp[i + 1]]
+    if not pair_ends or single_ending:
+        return len(tokens), window_frames
+    kept = pair_ends[-1] + 1
+    return kept, (tokens[kept - 2] - timestamp_begin) * INPUT_STRIDE
+
+
+def language_code(config: GenerationConfig, language_id: int | None) -> str:
+    """The code of a language token id ('de' for the id of `<|de|>`); 'en' for an English-only model."""
+    if language_id is None:
+        return "en"
+    id_to_lang = {i: token.strip("<|>") for token, i in config.lang_to_id.items()}
+    return id_to_lang.get(language_id, "unknown")
