@@ -27,6 +27,7 @@ from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
 from specdec.streaming.playback import StreamSummary, stream_audio, summarise  # noqa: E402
 from specdec.streaming.session import StreamOptions, Update  # noqa: E402
+from specdec.trace import DecodeResult, Step  # noqa: E402
 from specdec.whisper.models import PairError  # noqa: E402
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
@@ -269,7 +270,7 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
             "seconds": speculative.result.total_seconds,
             "acceptance_rate": speculative.result.acceptance_rate,
             "stats": speculative.result.stats(),
-            "steps": [dataclasses.asdict(step) for step in speculative.result.steps],
+            "steps": [_step_record(speculative.result, step) for step in speculative.result.steps],
         },
     }
     if baseline is not None:
@@ -280,6 +281,13 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
         }
         record["identical"] = baseline.token_ids == speculative.token_ids
     return record
+
+
+def _step_record(result: DecodeResult, step: Step) -> dict:
+    """A step with the seconds of the batched pass it took part in (shared with the batch's other rows)."""
+    shared = result.pass_of(step)
+    seconds = {"start_seconds": shared.start_seconds, "draft_seconds": shared.draft_seconds}
+    return {**dataclasses.asdict(step), **seconds, "verify_seconds": shared.verify_seconds}
 
 
 def text_report(speculative: Transcription, baseline: Transcription | None) -> str:
