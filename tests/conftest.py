@@ -22,6 +22,18 @@ from specdec.whisper.models import DraftKind  # noqa: E402
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one worker per core, one thread per worker
     torch.set_num_threads(1)
 
+# the longest test files first: pytest-xdist hands whole files to workers in collection order, so a
+# long file left for last would keep one worker busy while the other idles
+LONGEST_FIRST = ["test_lossless", "test_real_pair", "test_longform", "test_batching", "test_live"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        stem = item.path.stem
+        return LONGEST_FIRST.index(stem) if stem in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's own order kept
+
 
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> dict[str, Path]:

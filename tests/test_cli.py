@@ -1,4 +1,6 @@
-"""The command-line contract, run as a user runs it (a subprocess)."""
+"""The command-line contract: the first test runs `python -m specdec` as a user runs it (a subprocess, so
+the entry point and its exit status); the rest call the same `main(argv)` in-process (no interpreter
+start-up per test)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import sys
 
 import numpy as np
 import soundfile as sf
+
+from specdec import cli
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -44,26 +48,27 @@ def test_transcribe_json_compare_with_a_bad_file_in_the_middle(demo_models, tmp_
         assert {"drafted", "n_accepted", "target_token"} <= set(record["speculative"]["steps"][0])
 
 
-def test_timestamps_and_text_output(demo_models, tmp_path):
+def test_timestamps_and_text_output(demo_models, tmp_path, capsys):
     clip = tmp_path / "clip.wav"
     sf.write(clip, 0.1 * np.random.default_rng(1).standard_normal(16_000 * 2), 16_000)
-    result = run_cli(
-        "transcribe", str(clip), "--target", str(demo_models["target"]),
+    exit_code = cli.main([
+        "transcribe", str(clip), "--target", str(demo_models["target"]), "--device", "cpu",
         "--draft", str(demo_models["draft-shared"]), "--timestamps", "--max-new-tokens", "20", "--compare",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "output identical" in result.stdout and "acceptance" in result.stdout
+    ])  # fmt: skip
+    output = capsys.readouterr()
+    assert exit_code == 0, output.err
+    assert "output identical" in output.out and "acceptance" in output.out
 
 
-def test_bad_model_is_one_line_and_exit_2(tmp_path):
-    result = run_cli("transcribe", str(tmp_path / "x.wav"), "--target", str(tmp_path / "missing"))
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "no model folder" in result.stderr
+def test_bad_model_is_one_line_and_exit_2(tmp_path, capsys):
+    exit_code = cli.main(["transcribe", str(tmp_path / "x.wav"), "--target", str(tmp_path / "missing")])
+    error = capsys.readouterr().err
+    assert exit_code == cli.EXIT_BAD_SETUP == 2
+    assert error.strip().count("\n") == 0 and "no model folder" in error
 
 
-def test_demo_models_command_writes_three_checkpoints(tmp_path):
-    result = run_cli("demo-models", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+def test_demo_models_command_writes_three_checkpoints(tmp_path, capsys):
+    assert cli.main(["demo-models", str(tmp_path)]) == 0, capsys.readouterr().err
     for name in ("target", "draft-separate", "draft-shared"):
         assert (tmp_path / name / "config.json").exists()
         assert (tmp_path / name / "generation_config.json").exists()

@@ -51,7 +51,7 @@ def fed_audio(session: StreamSession) -> float:
 
 
 def test_every_update_is_the_target_alone_and_no_audio_is_lost(store):
-    waveform = speech()
+    waveform = speech(seconds=3.0)
     recorded: list[np.ndarray] = []
     listener = live.open_listener(store, DRAFT, "en", 1.0, True)
     feed = listener.session.feed
@@ -99,7 +99,8 @@ def test_slow_decoding_merges_chunks_instead_of_falling_behind(store):
 
 
 def test_two_listeners_keep_their_own_audio_and_text(store):
-    english, german = speech("en-weather", 3.0), speech("de-bahnhof", 3.0)
+    """Two pages recording at once (their chunks interleaved): each gets what it would get alone."""
+    english, german = speech("en-weather", 2.0), speech("de-bahnhof", 2.0)
     alone = [
         listen(store, english, "en").session.committed_text,
         listen(store, german, "de").session.committed_text,

@@ -111,9 +111,14 @@ def locate_model(name: str) -> tuple[str, str]:
         if is_ct2_folder(resolved):
             return str(imported_folder(resolved)), f"CTranslate2 folder {resolved}, converted"
         return resolved, f"folder {resolved}"
-    bundle = find_bundle(resolved)
-    if bundle is None or hub_has(resolved):
+    if hub_has(resolved):
         return resolved, f"hub {resolved}"
+    bundle = find_bundle(resolved)
+    if bundle is None:  # refused at once, not after from_pretrained's retries (~25 s here)
+        raise CheckpointError(
+            f"{resolved} is not downloaded and the hub is unreachable; without network access use a local "
+            "folder, or `python -m specdec demo-models DIR` for offline demo models"
+        )
     folder = bundled_folder(bundle)
     source = f"bundled in {' + '.join(bundle.requirements)}"
     logger.warning(
@@ -126,7 +131,7 @@ def hub_has(hub_id: str) -> bool:
     """The hub's weights can be had: already in its local cache, or the hub answers (quickly)."""
     import huggingface_hub
 
-    for filename in ("model.safetensors", "pytorch_model.bin"):
+    for filename in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"):
         if isinstance(huggingface_hub.try_to_load_from_cache(hub_id, filename), str):
             return True
     return not huggingface_hub.constants.HF_HUB_OFFLINE and hub_reachable()
