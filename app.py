@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import argparse
 import html
+import logging
 import os
+import tempfile
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
+import soundfile as sf
 
 from specdec.app import compare, live, views
-from specdec.app.highlight import legend_html
+from specdec.app.highlight import STYLE, legend_html
+from specdec.app.jobs import Jobs
 from specdec.app.store import (
     MAX_APP_SECONDS,
     ModelStore,
+    RefusedAudio,
     UserError,
     demo_store,
     pairs_by_device,
@@ -55,8 +61,13 @@ LONG_FORM_HELP = (
     "chunked: 30 s chunks with 5 s overlap decoded as a batch, merged like the transformers ASR pipeline"
 )
 LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
+UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
+SESSIONS_KEPT = 100  # browser sessions whose last outputs Gradio keeps in memory (its default: 10,000)
+GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio")).resolve()
+logger = logging.getLogger("specdec.app")
 
 STORES: dict[str, ModelStore] = {}  # the served store, registered by build_demo
+JOBS: dict[str, Jobs] = {}  # its running jobs
 
 try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
     import spaces
@@ -82,12 +93,30 @@ def transcribe_on_gpu(request: compare.CompareRequest, progress=None) -> tuple[s
     return compare.transcribe_clip(STORES["served"], request, progress)
 
 
-def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Progress):
-    """Run a GPU task; a UserError becomes a gr.Error the page shows (and the app keeps serving)."""
+async def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Progress, session: str | None):
+    """Run a GPU task as a cancellable job; a UserError becomes a gr.Error the page shows (one log line, no
+    traceback), a refused upload is deleted, and the app keeps serving."""
     try:
-        return task(request, None if ON_ZERO_GPU else progress)  # ZeroGPU cannot pickle the tracker
+        if ON_ZERO_GPU:  # the task runs in ZeroGPU's own process: no cancellation scope reaches it
+            return task(request, None)  # nor can it pickle the progress tracker
+        return await JOBS["served"].run(session, task, request, progress)
+    except RefusedAudio as error:
+        _delete_upload(request.audio)
+        raise user_error(error) from None
     except UserError as error:
-        raise gr.Error(str(error), duration=None) from None
+        raise user_error(error) from None
+
+
+def user_error(error: Exception) -> gr.Error:
+    """The page's message for a problem the user can fix, logged as one line (not Gradio's traceback)."""
+    logger.warning("user error: %s", str(error)[:300])
+    return gr.Error(str(error), duration=None, print_exception=False)
+
+
+def _delete_upload(path: str | None) -> None:
+    """Delete a refused upload at once (only a file in Gradio's upload cache, never an example)."""
+    if path and Path(path).resolve().is_relative_to(GRADIO_CACHE):
+        Path(path).unlink(missing_ok=True)
 
 
 def examples() -> list[list[str]]:
@@ -135,7 +164,7 @@ def _pair_dropdown(store: ModelStore, choices: list[tuple[str, str]]) -> gr.Drop
 def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
 
-    def run_compare(
+    async def run_compare(
         audio,
         pair,
         language,
@@ -147,14 +176,15 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         seed,
         long_form,
         reference,
+        request: gr.Request,
         progress=gr.Progress(),
     ):
-        request = compare.CompareRequest(
+        asked = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
         )  # fmt: skip
-        view = _shown_to_user(compare_on_gpu, request, progress)
+        view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
             view.baseline_text,
             view.speculative_text,
@@ -169,7 +199,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             view.windows,
         )
 
-    def run_transcribe(
+    async def run_transcribe(
         audio,
         pair,
         language,
@@ -180,14 +210,15 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         temperature,
         seed,
         long_form,
+        request: gr.Request,
         progress=gr.Progress(),
     ):
-        request = compare.CompareRequest(
+        asked = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form,
         )  # fmt: skip
-        return _shown_to_user(transcribe_on_gpu, request, progress)
+        return await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash)
 
     with gr.Row():
         with gr.Column(scale=3):
@@ -197,7 +228,13 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 type="filepath",
                 label=f"Audio (up to {limit}; over 30 s is decoded long-form)",
             )
-            reference = gr.Textbox("", label="Reference text (optional, for WER)", lines=2)
+            reference = gr.Textbox(
+                "",
+                label=f"Reference text (optional, for WER; up to {compare.MAX_REFERENCE_CHARS:,} characters "
+                f"and {compare.MAX_REFERENCE_WORDS:,} words)",
+                lines=2,
+                max_length=compare.MAX_REFERENCE_CHARS,
+            )
         with gr.Column(scale=2):
             pair = _pair_dropdown(store, choices)
             with gr.Row():
@@ -213,7 +250,8 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
             with gr.Row():
                 temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
-                seed = gr.Number(value=0, precision=0, label="Seed")
+                # bounds checked by compare.checked_seed: Gradio's own check prints a traceback per call
+                seed = gr.Number(value=0, precision=0, label=f"Seed (0 to {compare.MAX_SEED})")
             timestamps = gr.Checkbox(label="Timestamps")
             long_form = gr.Radio(
                 list(LONG_FORM_MODES), value="sequential", label="Long audio (over 30 s)", info=LONG_FORM_HELP
@@ -231,7 +269,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
         speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
     gr.Markdown("### Speculative transcript, token by token (hover a token for its step and probabilities)")
-    tokens = gr.HTML(legend_html(), label="Tokens", elem_id="tokens")
+    tokens = gr.HTML(STYLE + legend_html(), label="Tokens", elem_id="tokens")
     metrics = gr.Dataframe(
         headers=["metric", "target alone", "speculative"],
         label="Metrics",
@@ -272,7 +310,11 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         details,
         windows,  # last, so that API clients' indices of the outputs before it still hold
     ]
-    run.click(
+
+    def cleared():  # before a run: no output of an earlier run stays beside the new one
+        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None]
+
+    run.click(cleared, None, outputs, queue=False, api_visibility="private").then(
         run_compare,
         [*settings, reference],
         outputs,
@@ -280,7 +322,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         concurrency_limit=1,
         concurrency_id="models",
     )
-    quick.click(
+    quick.click(cleared, None, outputs, queue=False, api_visibility="private").then(
         run_transcribe,
         settings,
         [speculative_text, tokens, details],
@@ -299,7 +341,11 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     with gr.Row():
         with gr.Column(scale=2):
             microphone = gr.Audio(
-                sources=["microphone"], streaming=True, type="numpy", label="Microphone", elem_id="live-audio"
+                sources=["microphone"],
+                streaming=True,
+                type="filepath",  # each chunk's upload is read and deleted at once (_take_chunk)
+                label="Microphone",
+                elem_id="live-audio",
             )
             clear = gr.Button("Clear", elem_id="live-clear")
         with gr.Column(scale=3):
@@ -315,13 +361,14 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     listener = gr.State(None, time_to_live=3600, delete_callback=lambda old: old and old.close(wait=False))
 
     def hear(audio, current, pair_label, language_code, seconds, reuse_hypothesis):
+        audio = _take_chunk(audio)
         try:
             if current is None or current.stopped:  # each recording starts a new transcript
                 current = live.open_listener(store, pair_label, language_code, seconds, reuse_hypothesis)
             if not live.hear(current, audio):
                 return current, gr.skip(), gr.skip(), gr.skip()  # no whole chunk yet: nothing new to show
         except UserError as error:
-            raise gr.Error(str(error), duration=None) from None
+            raise user_error(error) from None
         return current, live.transcript_html(current), live.stats_html(current), live.latency_figure(current)
 
     def stop(current):
@@ -346,15 +393,30 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         concurrency_limit=None,
         api_name=False,
     )
-    microphone.stop_recording(stop, [listener], shown, concurrency_limit=None)
-    clear.click(forget, [listener], shown)
+    microphone.stop_recording(stop, [listener], shown, concurrency_limit=None, api_visibility="private")
+    clear.click(forget, [listener], shown, api_visibility="private")
+
+
+def _take_chunk(path: str | None) -> tuple[int, np.ndarray] | None:
+    """A streamed microphone chunk as (rate, samples), its file deleted at once: the browser uploads every
+    chunk (~2 a second) as a file, which would otherwise stay in the upload cache for delete_cache's age
+    (Gradio's own upload of a chunk, when it is not the file handed over, still waits for that age)."""
+    if path is None:
+        return None
+    try:
+        samples, rate = sf.read(path, dtype="int16")
+    except (sf.SoundFileError, RuntimeError, OSError) as error:
+        raise user_error(UserError(f"Microphone stream: unreadable chunk ({error})")) from None
+    finally:
+        _delete_upload(path)
+    return rate, samples
 
 
 def build_demo(store: ModelStore, banner: str) -> gr.Blocks:
     """The page: the Compare and Live views wired to the store's handlers."""
-    STORES["served"] = store
+    STORES["served"], JOBS["served"] = store, Jobs(store)
     choices = store.choices()
-    with gr.Blocks(title="specdec: speculative decoding for Whisper") as demo:
+    with gr.Blocks(title="specdec: speculative decoding for Whisper", delete_cache=UPLOAD_CACHE) as demo:
         gr.Markdown("# specdec: lossless speculative decoding for Whisper")
         gr.HTML(banner)
         with gr.Accordion("How it works", open=False):
@@ -364,7 +426,14 @@ def build_demo(store: ModelStore, banner: str) -> gr.Blocks:
                 _compare_tab(store, choices)
             with gr.Tab("Live", id="live", elem_id="live-tab"):
                 _live_tab(store, choices)
+        demo.unload(_page_closed)  # its running jobs stop
     return demo
+
+
+def _page_closed(request: gr.Request) -> None:
+    stopped = JOBS["served"].stop_session(request.session_hash)
+    if stopped:
+        logger.info("a page closed: stopped %d running job(s)", stopped)
 
 
 def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
@@ -420,7 +489,13 @@ def main(argv: list[str] | None = None) -> None:
         print(load_error)
     demo = build_demo(store, banner_html(store, args.demo_models, load_error))
     demo.queue(max_size=32, default_concurrency_limit=1)
-    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_FILE_SIZE, css=CSS)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        max_file_size=MAX_FILE_SIZE,
+        css=CSS,
+        state_session_capacity=SESSIONS_KEPT,
+    )
 
 
 if __name__ == "__main__":

@@ -123,7 +123,37 @@ def _open_checked(path: Path, max_seconds: float | None) -> tuple[str, sf._Sound
     _check_rate(name, info.samplerate)
     # Reject long files from the header, before decoding them into memory.
     _check_duration(name, info.frames, info.samplerate, max_seconds)
+    if info.format in ("WAV", "WAVEX"):
+        _check_wav_complete(name, path)
     return name, info
+
+
+def _check_wav_complete(name: str, path: Path) -> None:
+    """Refuse a WAV file whose data chunk is shorter than its header says (a cut-off download or copy).
+
+    libsndfile quietly reads the samples present, so this reads the RIFF chunk headers itself (the
+    standard library's `wave` reads PCM only). A data size of 0 or 0xFFFFFFFF means "unknown" (a
+    recorder that never went back to write it) and is accepted."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        if file.read(12)[8:12] != b"WAVE":
+            return
+        byte_rate = 0
+        while len(header := file.read(8)) == 8:
+            chunk_id, chunk_size = header[:4], int.from_bytes(header[4:], "little")
+            if chunk_id == b"fmt ":
+                byte_rate = int.from_bytes(file.read(16)[8:12], "little")
+                file.seek(chunk_size - 16 + chunk_size % 2, os.SEEK_CUR)
+            elif chunk_id == b"data":
+                held = size - file.tell()
+                if byte_rate and chunk_size not in (0, 0xFFFFFFFF) and held < chunk_size:
+                    raise AudioError(
+                        f"{name}: the file is cut short: its header promises {chunk_size / byte_rate:.2f} s "
+                        f"of audio but it holds {max(held, 0) / byte_rate:.2f} s"
+                    )
+                return
+            else:
+                file.seek(chunk_size + chunk_size % 2, os.SEEK_CUR)
 
 
 def _reason(err: Exception) -> str:

@@ -81,10 +81,11 @@ def _aligned_words(chunks: list, reference: list[str], hypothesis: list[str]) ->
     return words
 
 
-def alignment_html(errors: WordErrors) -> str:
-    """The alignment as inline HTML: equal words plain, substitutions as ref→hyp, deletions struck."""
+def alignment_html(errors: WordErrors, max_words: int = 400) -> str:
+    """The alignment as inline HTML: equal words plain, substitutions as ref→hyp, deletions struck; the
+    first max_words positions, then how many more there are (the counts cover them all)."""
     parts = []
-    for word in errors.alignment:
+    for word in errors.alignment[:max_words]:
         ref, hyp = html.escape(word.reference or ""), html.escape(word.hypothesis or "")
         if word.kind == "equal":
             parts.append(f'<span class="wer-equal">{hyp}</span>')
@@ -96,4 +97,6 @@ def alignment_html(errors: WordErrors) -> str:
             )
         else:
             parts.append(f'<span class="wer-ins" title="inserted: not in the reference"><b>+{hyp}</b></span>')
+    if len(errors.alignment) > max_words:
+        parts.append(f"<i>… and {len(errors.alignment) - max_words:,} more words</i>")
     return " ".join(parts)

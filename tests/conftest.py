@@ -85,6 +85,12 @@ def float64_pair(demo_models) -> SpeculativeWhisper:
 
 
 @pytest.fixture(scope="session")
+def benchmark_checkpoints(tmp_path_factory) -> Path:
+    """Where the benchmarks build their checkpoints (`--cache-dir`): once per test session, not per test."""
+    return tmp_path_factory.mktemp("benchmark-checkpoints")
+
+
+@pytest.fixture(scope="session")
 def real_models() -> dict[str, Path]:
     """The bundled real checkpoints as transformers folders: "base" (multilingual) and "tiny.en"."""
     from specdec.whisper.bundled import BUNDLES, bundled_folder

@@ -164,15 +164,28 @@ def test_truncated_flac_is_an_error(tmp_path: Path) -> None:
     assert "cut.flac: could not decode audio; truncated or corrupt?" in message
 
 
-def test_truncated_wav_returns_the_readable_prefix(tmp_path: Path) -> None:
+def test_a_cut_off_wav_is_refused_saying_how_much_is_missing(tmp_path: Path) -> None:
+    """libsndfile reads the samples present without a word: a half-copied file would be transcribed as if
+    it were whole. Its header promises 2 s (and a 5-hour one 5 h); the message says what is there."""
     path = write(tmp_path / "cut.wav", sine(440, 2.0, SAMPLE_RATE), SAMPLE_RATE)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    audio = load_audio(path)
-    # libsndfile trusts the header only as far as the data goes: the readable first half comes back.
-    assert_whisper_input(audio, sf.info(path).frames)
-    assert SAMPLE_RATE * 0.9 < len(audio) < SAMPLE_RATE * 1.1
-    np.testing.assert_allclose(audio, sine(440, 2.0, SAMPLE_RATE)[: len(audio)], atol=1e-4)
+    assert error_message(path) == (
+        f"{path}: the file is cut short: its header promises 2.00 s of audio but it holds 1.00 s"
+    )
+    header = bytearray(data[:44])  # 5 hours promised, 100 bytes there
+    header[40:44] = (5 * 3600 * SAMPLE_RATE * 2).to_bytes(4, "little")
+    path.write_bytes(bytes(header) + data[44:144])
+    assert "promises 18000.00 s of audio but it holds 0.00 s" in error_message(path, max_seconds=None)
+
+
+def test_a_wav_of_unknown_length_is_read_whole(tmp_path: Path) -> None:
+    """A recorder that never went back to write the sizes leaves 0xFFFFFFFF: not a cut-off file."""
+    path = write(tmp_path / "streamed.wav", sine(440, 1.0, SAMPLE_RATE), SAMPLE_RATE)
+    data = bytearray(path.read_bytes())
+    data[40:44] = (0xFFFFFFFF).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert len(load_audio(path)) == SAMPLE_RATE
 
 
 def test_too_long_file_is_rejected_before_decoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,8 @@ BATCH = 7  # rows 5 and 6 are clips 0 and 1 again, each with its own plan
 
 
 @pytest.fixture(scope="module")
-def models_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("models")
+def models_dir(benchmark_checkpoints):
+    return benchmark_checkpoints
 
 
 @pytest.fixture(scope="module")

@@ -112,9 +112,11 @@ def test_adaptive_pauses_a_useless_draft_and_resumes():
     assert policy.backoff == [0] and policy.paused == [0] and policy.choose(rows, [1]) == [2]
 
 
-def test_bench_small_preset_runs_every_configuration_with_generates_output(tmp_path, capsys):
+def test_bench_small_preset_runs_every_configuration_with_generates_output(
+    benchmark_checkpoints, tmp_path, capsys
+):
     options = BenchOptions(
-        size="small", quick=True, alphas=(0.8,), max_new_tokens=6, repeats=1, cache_dir=tmp_path / "models"
+        size="small", quick=True, alphas=(0.8,), max_new_tokens=6, repeats=1, cache_dir=benchmark_checkpoints
     )
     report = run_and_report(options, tmp_path / "out", "python -m benchmarks tokens --quick")
     rows = {row["config"]: row for row in report["rows"]}

@@ -28,6 +28,11 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
         )
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(app_url)
+        # the empty page's legend is styled (swatches, not "acceptedcorrectedbonus...")
+        page.wait_for_selector("#tokens .specdec-legend span")
+        legend_display = page.eval_on_selector(
+            "#tokens .specdec-legend span", "element => getComputedStyle(element).display"
+        )
         page.locator("input[type=file]").first.set_input_files(str(CLIP))
         page.wait_for_selector("audio, .waveform-container, [data-testid^='waveform-Audio']")
         page.click("#run")
@@ -38,9 +43,16 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
         screenshot = tmp_path / "compare.png"
         page.screenshot(path=str(screenshot), full_page=True)
         count, rejected = tokens.count(), page.locator("#tokens span.rejected").count()
+        # speculative only, after a comparison: nothing of the comparison may stay beside the new text
+        page.get_by_role("button", name="Transcribe (speculative only)").click()
+        page.wait_for_function("document.querySelector('#verdict').innerText.trim() === ''")
+        page.wait_for_selector("#tokens .specdec-tokens span.accepted", timeout=120_000)
+        after = {name: page.inner_text(f"#{name}") for name in ("verdict", "wer", "baseline-text")}
         browser.close()
+    assert legend_display == "inline-block"
     assert "Identical" in verdict
     assert count > 5 and rejected > 0
+    assert after["verdict"].strip() == "" and "WER" not in after["wer"], after
     assert screenshot.stat().st_size > 10_000
     _keep(screenshot, "compare.png")
 

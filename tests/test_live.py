@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,9 @@ DRAFT = "separate"
 
 @pytest.fixture(scope="module")
 def store(demo_models) -> stores.ModelStore:
-    return stores.ModelStore({DRAFT: (str(demo_models["target"]), str(demo_models["draft-separate"]))}, "cpu")
+    """The demo pair; seats for the listeners these tests leave open (the limit has its own test)."""
+    pairs = {DRAFT: (str(demo_models["target"]), str(demo_models["draft-separate"]))}
+    return stores.ModelStore(pairs, "cpu", max_listeners=16)
 
 
 def speech(name: str = "en-weather", seconds: float = 4.0) -> np.ndarray:
@@ -87,11 +91,15 @@ def test_resampling_has_no_seams_at_chunk_boundaries(store):
 
 
 def test_slow_decoding_merges_chunks_instead_of_falling_behind(store):
+    """Live updates hold the store's lock like every model job (one policy: a Compare run's timings are
+    its own); while a job holds it, 4 s of audio arrive and no update decodes."""
     listener = live.open_listener(store, DRAFT, "en", 0.5, True)
     chunks = browser_chunks(speech(seconds=4.0))
-    with live.DECODING:  # decoding is held up while 4 s of audio arrive
+    with store.work_lock:
         for chunk in chunks:
             live.hear(listener, chunk)
+        time.sleep(0.2)
+        assert listener.session.updates == []
     listener.stop()
     updates = listener.session.updates
     assert listener.merged >= 4 and len(updates) < 8  # 8 half-second chunks, fewer updates
@@ -146,3 +154,26 @@ def test_bad_settings_and_chunks_are_user_errors(store):
         live.hear(listener, (16_000, np.full(100, np.nan, np.float32)))
     assert live.hear(listener, None) is False
     assert "Press Record" in live.transcript_html(None)
+
+
+def test_the_live_view_seats_a_bounded_number_of_recordings(store, monkeypatch):
+    """The next page past the limit is told the view is busy; a stopped or idle recording frees its seat."""
+    recording = [listener for listener in store.listeners if listener.recording(time.monotonic())]
+    monkeypatch.setattr(store, "max_listeners", len(recording) + 1)
+    first = live.open_listener(store, DRAFT, "en", 1.0, True)
+    with pytest.raises(stores.UserError, match=r"The Live view is busy: .* Try again when one stops"):
+        live.open_listener(store, DRAFT, "en", 1.0, True)
+    first.stop()
+    second = live.open_listener(store, DRAFT, "en", 1.0, True)
+    second.last_heard -= live.IDLE_SECONDS  # nothing heard for that long: the page went away
+    live.open_listener(store, DRAFT, "en", 1.0, True).stop()
+
+
+def test_an_idle_listener_ends_its_worker(store, monkeypatch):
+    monkeypatch.setattr(live, "IDLE_SECONDS", 0.3)
+    before = threading.active_count()
+    listener = live.open_listener(store, DRAFT, "en", 1.0, True)
+    for chunk in browser_chunks(speech(seconds=1.0)):
+        live.hear(listener, chunk)
+    listener._worker.join(timeout=30)  # decodes the second heard, then waits 0.3 s for more and ends
+    assert not listener._worker.is_alive() and threading.active_count() <= before

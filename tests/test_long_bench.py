@@ -25,14 +25,14 @@ def test_long_clip_is_the_assets_cycled_to_the_asked_length():
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory) -> LongBench:
+def bench(benchmark_checkpoints) -> LongBench:
     options = LongBenchOptions(
         size="small",
         minutes=1.2,  # 4 chunks
         alpha=0.7,
         max_new_tokens=12,
         batch_size=3,  # two batches: each gets its own plans
-        cache_dir=tmp_path_factory.mktemp("models"),
+        cache_dir=benchmark_checkpoints,
     )
     return LongBench(options, log=lambda _: None)
 
@@ -49,11 +49,11 @@ def test_every_chunk_follows_its_plan_and_keeps_the_target_output(bench):
     assert speculative.target_passes < baseline.target_passes
 
 
-def test_cli_report(tmp_path, capsys):
+def test_cli_report(benchmark_checkpoints, tmp_path, capsys):
     code = main(
         [
             "long", "--size", "small", "--minutes", "0.8", "--max-new-tokens", "6",
-            "--rounds", "1", "--cache-dir", str(tmp_path / "models"), "--out", str(tmp_path / "out"),
+            "--rounds", "1", "--cache-dir", str(benchmark_checkpoints), "--out", str(tmp_path / "out"),
         ]
     )  # fmt: skip
     assert code == 0

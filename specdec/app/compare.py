@@ -18,13 +18,16 @@ import soundfile as sf
 from specdec import longform
 from specdec.api import SpeculativeWhisper
 from specdec.app import highlight, views
-from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
+from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_language, draft_note
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio
 from specdec.longform import Progress
 from specdec.options import DecodeOptions
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
+MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
+MAX_REFERENCE_WORDS = 4_000  # more words than 10 minutes of speech hold
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take this range
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
 
 
@@ -81,13 +84,16 @@ class CompareRequest:
     long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
 
     def options(self) -> DecodeOptions:
+        """The decoding options, every value checked (API clients can send anything)."""
+        if not isinstance(self.timestamps, bool):
+            raise UserError(f"timestamps must be true or false, not {str(self.timestamps)[:20]!r}.")
         try:
             return DecodeOptions(
                 language=chosen_language(self.language),
                 task=self.task,
-                timestamps=bool(self.timestamps),
+                timestamps=self.timestamps,
                 temperature=float(self.temperature),
-                seed=None if self.seed is None else int(self.seed),
+                seed=checked_seed(self.seed),
                 num_draft_tokens=int(self.num_draft_tokens),
                 adaptive=self.draft_length == "adaptive",
                 # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
@@ -98,10 +104,31 @@ class CompareRequest:
         except ValueError as error:
             raise UserError(str(error)) from error
 
+    def check_reference(self) -> None:
+        reference = self.reference or ""
+        if not isinstance(reference, str):
+            raise UserError("The reference text must be text.")
+        if len(reference) > MAX_REFERENCE_CHARS or len(reference.split()) > MAX_REFERENCE_WORDS:
+            raise UserError(
+                f"The reference text is {len(reference):,} characters and {len(reference.split()):,} words; "
+                f"the limit is {MAX_REFERENCE_CHARS:,} characters and {MAX_REFERENCE_WORDS:,} words."
+            )
+
     def check_long_form(self) -> None:
         if self.long_form not in longform.LONG_FORM_MODES:
             modes = " or ".join(longform.LONG_FORM_MODES)
             raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
+
+
+def checked_seed(seed: object) -> int | None:
+    """A seed from the page or an API client: None, or a whole number from 0 to MAX_SEED."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, float)) or seed != seed:  # NaN
+        raise UserError(f"The seed must be a whole number from 0 to {MAX_SEED}.")
+    if not (0 <= seed <= MAX_SEED and float(seed).is_integer()):
+        raise UserError(f"The seed must be a whole number from 0 to {MAX_SEED}, not {seed:.6g}.")
+    return int(seed)
 
 
 def gpu_seconds(request: CompareRequest, progress: object = None) -> int:
@@ -158,6 +185,7 @@ def _prepare(
         raise UserError("Record or upload a clip first (or click one of the examples).")
     options = request.options()
     request.check_long_form()
+    request.check_reference()
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.pair)
     report(0.15, desc="Reading audio")
@@ -175,7 +203,7 @@ def _read_audio(path: str, max_seconds: float) -> np.ndarray:
     try:
         return load_audio(path, max_seconds=max_seconds)
     except AudioError as error:
-        raise UserError(str(error).replace(str(path), Path(path).name)) from error
+        raise RefusedAudio(str(error).replace(str(path), Path(path).name)) from error
 
 
 def transcribe_clip(

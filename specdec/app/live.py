@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 
 import numpy as np
 import plotly.graph_objects as go
@@ -40,8 +41,7 @@ STYLE = """<style>
 WAITING = '<div class="specdec-live"><span class="tentative">Press Record and speak.</span></div>'
 
 
-DECODING = threading.Lock()  # one live decode at a time: listeners share the models and the cores
-IDLE_SECONDS = 120.0  # a worker with no audio for this long ends (the browser went away)
+IDLE_SECONDS = 20.0  # a worker with no audio for this long ends, and its listener gives up its seat
 
 
 class Listener:
@@ -53,8 +53,10 @@ class Listener:
     than real time the updates cover more audio each instead of falling further behind.
     """
 
-    def __init__(self, session: StreamSession) -> None:
+    def __init__(self, session: StreamSession, work_lock: threading.Lock | None = None) -> None:
         self.session = session
+        self.work_lock = work_lock or threading.Lock()  # the store's: one piece of model work at a time
+        self.last_heard = time.monotonic()
         self.pending = np.zeros(0, dtype=np.float32)  # 16 kHz audio heard but not fed yet
         self.heard_seconds = 0.0
         self.input_rate: int | None = None
@@ -74,9 +76,14 @@ class Listener:
     def options(self) -> StreamOptions:
         return self.session.options
 
+    def recording(self, now: float) -> bool:
+        """Holding a seat: not stopped or closed, and heard from within IDLE_SECONDS."""
+        return not (self.stopped or self._closing) and now - self.last_heard < IDLE_SECONDS
+
     def hear(self, rate: int, samples: np.ndarray) -> None:
         """Queue one browser chunk (any rate, mono or stereo, int or float) for the worker."""
         audio = self._resample(rate, samples)
+        self.last_heard = time.monotonic()
         with self._lock:
             self.pending = np.concatenate([self.pending, audio])
             self.heard_seconds += len(audio) / SAMPLE_RATE
@@ -127,7 +134,7 @@ class Listener:
         return piece
 
     def _feed(self, piece: np.ndarray) -> None:
-        with DECODING:
+        with self.work_lock:
             update = self.session.feed(piece)
         if update.decoded:
             self.last_decoded = update
@@ -153,7 +160,19 @@ def open_listener(store: ModelStore, pair: str, language: str, chunk_seconds: fl
     options = StreamOptions(
         chunk_seconds=float(chunk_seconds), language=language, reuse_hypothesis=bool(reuse)
     )
-    return Listener(StreamSession(store.whisper(pair), options))
+    whisper = store.whisper(pair)
+    with store.listeners_lock:
+        now = time.monotonic()
+        store.listeners[:] = [seat for seat in store.listeners if seat.recording(now)]
+        if len(store.listeners) >= store.max_listeners:
+            raise UserError(
+                f"The Live view is busy: {len(store.listeners)} recordings are being transcribed on this "
+                f"server (at most {store.max_listeners}). Try again when one stops; an idle one frees its "
+                f"place after {IDLE_SECONDS:.0f} s."
+            )
+        listener = Listener(StreamSession(whisper, options), store.work_lock)
+        store.listeners.append(listener)
+    return listener
 
 
 def hear(listener: Listener, audio) -> bool:
@@ -268,7 +287,10 @@ def latency_figure(listener: Listener | None) -> go.Figure:
     )
     if listener:
         figure.add_hline(
-            y=1000 * listener.options.chunk_seconds, line_dash="dash", annotation_text="chunk length"
+            y=1000 * listener.options.chunk_seconds,
+            line_dash="dash",
+            annotation_text="chunk length",
+            annotation_position="top left",  # at the start, clear of the latest updates
         )
     figure.update_layout(
         height=260,

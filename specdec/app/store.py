@@ -45,6 +45,7 @@ OFFLINE_HINT = (
     "Without network access, choose the bundled pair, whisper-base ← whisper-tiny.en "
     "(python app.py without --target and --draft offers it)."
 )
+MAX_LANGUAGE_CHARS = 24  # the longest language name ("haitian creole") with room; longer is refused
 MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
 
 
@@ -53,6 +54,10 @@ LANGUAGE_IDS = {f"<|{code}|>": index for index, code in enumerate(LANGUAGES)}  #
 
 class UserError(ValueError):
     """A problem the person using the app can fix (bad audio, bad options, models unavailable)."""
+
+
+class RefusedAudio(UserError):
+    """An audio file the app cannot decode or will not (too long, empty, corrupt): the upload is deleted."""
 
 
 @dataclass
@@ -67,7 +72,11 @@ class ModelStore:
     max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
     _models: dict[str, LoadedModel] = field(default_factory=dict)
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    max_listeners: int = 2  # Live recordings decoded at once; the next page is told the view is busy
+    work_lock: threading.Lock = field(default_factory=threading.Lock)  # held by all decoding (app.jobs)
+    listeners: list = field(default_factory=list)  # the Live recordings holding a seat (app.live)
+    listeners_lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # loading
     _runs: itertools.count = field(default_factory=itertools.count)
 
     @property
@@ -148,6 +157,9 @@ def chosen_language(language: str | None) -> str | None:
     """The UI's language choice: None for auto-detection, else a checked Whisper language code or name."""
     if language in ("auto", "", None):
         return None
+    if not isinstance(language, str) or len(language) > MAX_LANGUAGE_CHARS:
+        shown = str(language)[:MAX_LANGUAGE_CHARS]
+        raise UserError(f"Unknown language {shown!r}…; choose one from the list.")
     language_token_id(GenerationConfig(lang_to_id=LANGUAGE_IDS), language)  # ValueError if unknown
     return language
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specdec.engine import cancel
 from specdec.engine.acceptance import Verdict, greedy_accept, speculative_sample
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.draft_length import StepFacts, draft_length
@@ -38,6 +39,7 @@ def decode_rows(
     lengths = draft_length(options, len(rows)) if drafter is not None else None
     active = list(rows)  # active[b] is row b of the target's (and the drafter's) batch
     while active:
+        cancel.check()  # a cancelled decoding stops here, before its next target pass
         start = time.perf_counter()
         pending = [len(row.sequence) - length for row, length in zip(active, target.lengths, strict=True)]
         num_draft_tokens = lengths.choose(active, pending) if lengths is not None else [0] * len(active)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import GenerationConfig, WhisperForConditionalGeneration
 
+from specdec.engine import cancel
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.drafters import Drafter, DraftModel
 from specdec.engine.loop import decode_rows
@@ -149,6 +150,7 @@ def decode_clips(
     device = target.device
     decodings = [ClipDecoding(features, make_generator(options, device)) for features in clips]
     while pending := [clip for clip in decodings if not clip.done]:
+        cancel.check()  # and before each round of windows (encoders included)
         hidden = _encode(encoder, target, [c.features.target for c in pending], pending, "target", clock)
         for clip, language_id in zip(pending, language_ids(pair, options, hidden), strict=True):
             if clip.first_prompt is None:

@@ -1,0 +1,68 @@
+"""How the app runs model work: one piece at a time on the models, and nothing left running when nobody
+waits for it.
+
+- All model work (a Compare or Transcribe job, a Live update) holds the store's `work_lock`, so a
+  Compare run's timings are never shared with other decoding.
+- A job runs in a worker thread inside a cancellation scope (`specdec.engine.cancel`). When Gradio
+  cancels the job (the client's cancel), the decoding is told to stop and the handler waits until it has
+  (one target pass at most) before it lets go, so the queue never hands the models to the next job while
+  they are still busy. A page that goes away (Gradio's unload) stops its session's jobs the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TypeVar
+
+from specdec.app.store import ModelStore, UserError
+from specdec.engine.cancel import Cancelled, cancellable
+
+Result = TypeVar("Result")
+
+
+class Jobs:
+    """The running jobs by browser session, each with the event that stops it."""
+
+    def __init__(self, store: ModelStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._stops: dict[str | None, set[threading.Event]] = defaultdict(set)
+
+    async def run(self, session: str | None, work: Callable[..., Result], *args) -> Result:
+        """work(*args) in a worker thread under the models' lock; stopped if this handler is cancelled."""
+        stop = threading.Event()
+        with self._lock:
+            self._stops[session].add(stop)
+        task = asyncio.ensure_future(asyncio.to_thread(self._locked, stop, work, *args))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            stop.set()
+            await asyncio.wait([task])  # hold the queue's slot until the decoding has stopped
+            raise
+        except Cancelled:
+            raise UserError("Stopped: the page that asked for this left.") from None
+        finally:
+            with self._lock:
+                self._stops[session].discard(stop)
+                if not self._stops[session]:
+                    del self._stops[session]  # (running() counts until here: the thread has ended)
+
+    def stop_session(self, session: str | None) -> int:
+        """Stop every job of a browser session (its page was closed); returns how many were running."""
+        with self._lock:
+            stops = set(self._stops.get(session, ()))  # each leaves the table when its job has ended
+        for stop in stops:
+            stop.set()
+        return len(stops)
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(len(stops) for stops in self._stops.values())
+
+    def _locked(self, stop: threading.Event, work: Callable[..., Result], *args) -> Result:
+        with cancellable(stop), self.store.work_lock:
+            return work(*args)

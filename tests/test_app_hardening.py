@@ -1,0 +1,182 @@
+"""The app against hostile and careless clients (app.py served in-process on the demo models, driven with
+gradio_client over loopback): bounded inputs, cancelled work that stops, one queue for all model work,
+clear errors that leave the server serving, and no memory or disk that grows with use.
+
+Timings are never asserted: "stopped" is read from the engine's step counter (`engine.cancel.checks`),
+which stands still once no decoding runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from gradio_client import Client, handle_file
+
+import app
+from specdec.app import compare
+from specdec.app import store as stores
+from specdec.engine import cancel
+
+CLIP = Path(__file__).parent.parent / "assets" / "de-bahnhof.wav"
+SHARED_DRAFT = list(stores.DEMO_PAIRS)[1]
+COMPARE = ("de", "transcribe", False, "fixed", 4, 0.0, 0, "sequential")  # language ... long-form mode
+
+
+@pytest.fixture(scope="module")
+def client(app_url) -> Client:
+    return Client(app_url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory) -> Path:
+    """A minute of noise bursts: sequential long-form over two windows, seconds of decoding."""
+    rng = np.random.default_rng(3)
+    samples = rng.standard_normal(60 * 16_000) * (np.arange(60 * 16_000) % 8000 < 3000) * 0.2
+    path = tmp_path_factory.mktemp("long") / "minute.wav"
+    sf.write(path, samples.astype(np.float32), 16_000)
+    return path
+
+
+def idle_after(seconds: float = 1.0) -> bool:
+    """No decoding step anywhere in this process for `seconds` (polled, so a slow machine only waits)."""
+    before = cancel.checks()
+    time.sleep(seconds)
+    return cancel.checks() == before
+
+
+def wait_until_decoding(timeout: float = 60.0) -> None:
+    start = cancel.checks()
+    deadline = time.monotonic() + timeout
+    while cancel.checks() == start:
+        assert time.monotonic() < deadline, "the job never started decoding"
+        time.sleep(0.05)
+
+
+def test_only_the_two_documented_endpoints_are_public(client):
+    assert set(client.view_api(return_format="dict")["named_endpoints"]) == {"/compare", "/transcribe"}
+
+
+def test_a_reference_over_the_limit_is_refused_before_any_decoding(client):
+    before = cancel.checks()
+    reference = "word " * (compare.MAX_REFERENCE_WORDS + 1)
+    with pytest.raises(Exception, match=r"the limit is 20,000 characters and 4,000 words"):
+        client.predict(handle_file(str(CLIP)), SHARED_DRAFT, *COMPARE, reference, api_name="/compare")
+    assert cancel.checks() == before
+
+
+def test_a_long_reference_shows_a_bounded_alignment(client):
+    reference = " ".join(["ja"] * 3_000)  # within the limits: scored in full, shown in part
+    outputs = client.predict(handle_file(str(CLIP)), SHARED_DRAFT, *COMPARE, reference, api_name="/compare")
+    wer_html = outputs[8]
+    assert "3000 reference words" in wer_html and "more words" in wer_html
+    assert len(wer_html) < 120_000  # 400 aligned words a run (4.7 MB of reference once gave 111 MB)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("seed", 2**64, "seed must be a whole number from 0 to 4294967295"),
+        ("seed", 1e300, "seed must be a whole number from 0 to 4294967295"),
+        ("timestamps", "false", "timestamps must be true or false"),
+        ("language", "x" * 100_000, "Unknown language 'xxxxxxxxxxxxxxxxxxxxxxxx'…"),
+    ],
+    ids=["seed-2**64", "seed-1e300", "timestamps-string", "language-100k"],
+)
+def test_bad_values_are_short_clear_errors_logged_in_one_line(client, capfd, field, value, message):
+    settings = dict(zip(("language", "task", "timestamps"), COMPARE[:3], strict=True)) | {"seed": 0}
+    settings[field] = value
+    with pytest.raises(Exception) as raised:
+        client.predict(
+            handle_file(str(CLIP)), SHARED_DRAFT, settings["language"], settings["task"],
+            settings["timestamps"], "fixed", 4, 0.0, settings["seed"], "sequential", api_name="/transcribe",
+        )  # fmt: skip
+    assert message in str(raised.value) and len(str(raised.value)) < 400
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_cancelled_job_stops_decoding_and_the_next_one_runs(app_url, long_clip):
+    job = Client(app_url, verbose=False).submit(  # one client per job (Gradio cancels by session and fn)
+        handle_file(str(long_clip)), SHARED_DRAFT, *COMPARE, "", api_name="/compare"
+    )
+    wait_until_decoding()
+    job.cancel()
+    assert idle_after(1.0), "the decoding went on after the cancel"
+    assert app.JOBS["served"].running() == 0
+    text, _, stats = Client(app_url, verbose=False).predict(
+        handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe"
+    )
+    assert text and stats["speculative"]["num_generated"] > 0
+
+
+def test_a_client_that_goes_away_has_its_job_stopped(app_url, long_clip):
+    """A client process killed mid-job: Gradio's unload (its heartbeat stopped) stops the session's job."""
+    script = (
+        "import sys, time; from gradio_client import Client, handle_file; "
+        "Client(sys.argv[1], verbose=False).submit(handle_file(sys.argv[2]), sys.argv[3], "
+        f"*{list(COMPARE)!r}, '', api_name='/compare'); time.sleep(600)"
+    )
+    client = subprocess.Popen([sys.executable, "-c", script, app_url, str(long_clip), SHARED_DRAFT])
+    try:
+        wait_until_decoding(timeout=120)
+    finally:
+        client.kill()
+        client.wait()
+    deadline = time.monotonic() + 60
+    while app.JOBS["served"].running():  # unload fires on the lost heartbeat; the job ends at its next pass
+        assert time.monotonic() < deadline, "the job of a client that went away kept running"
+        time.sleep(0.1)
+    assert idle_after(1.0)
+
+
+def test_a_refused_upload_is_deleted(client, tmp_path):
+    bad = tmp_path / "refused-upload.wav"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
+    with pytest.raises(Exception, match="refused-upload.wav"):
+        client.predict(handle_file(str(bad)), SHARED_DRAFT, api_name="/transcribe")
+    assert not list(app.GRADIO_CACHE.rglob("refused-upload.wav"))
+    assert app.UPLOAD_CACHE  # and everything else ages out of Gradio's cache (delete_cache)
+
+
+def test_twenty_concurrent_clients_get_their_serial_answer_or_a_clear_queue_full(app_url, client):
+    serial = client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")[0]
+
+    def one_client(_: int) -> str:
+        try:
+            return Client(app_url, verbose=False).predict(
+                handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe"
+            )[0]
+        except Exception as error:  # the queue holds 8 here; the rest are told so
+            return f"error: {error}"
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(one_client, range(20)))
+    answered = [answer for answer in answers if not answer.startswith("error: ")]
+    refused = [answer for answer in answers if answer.startswith("error: ")]
+    print(f"20 concurrent clients: {len(answered)} answered, {len(refused)} told the queue is full")
+    assert answered and all(answer == serial for answer in answered)
+    assert all("queue is full" in answer.lower() for answer in refused), refused[:1]
+    assert client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")[0] == serial
+
+
+def test_a_soak_of_comparisons_holds_memory_and_disk(client):
+    def call() -> None:
+        client.predict(handle_file(str(CLIP)), SHARED_DRAFT, *COMPARE, "", api_name="/compare")
+
+    for _ in range(2):
+        call()
+    files = sum(1 for _ in app.GRADIO_CACHE.rglob("*")) if app.GRADIO_CACHE.exists() else 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB
+    for _ in range(6):
+        call()
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - peak
+    new_files = sum(1 for _ in app.GRADIO_CACHE.rglob("*")) - files
+    print(f"6 more comparisons: peak memory +{grown:.0f} MB, {new_files} new files in the upload cache")
+    assert grown < 150 and new_files <= 2
