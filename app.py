@@ -10,6 +10,7 @@ Layout and wiring only; the handlers are plain functions in specdec/app/.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import html
 import logging
 import os
@@ -98,7 +99,7 @@ async def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Pro
     traceback), a refused upload is deleted, and the app keeps serving."""
     try:
         if ON_ZERO_GPU:  # the task runs in ZeroGPU's own process: no cancellation scope reaches it
-            return task(request, None)  # nor can it pickle the progress tracker
+            return await asyncio.to_thread(task, request, None)  # nor can it pickle the progress tracker
         return await JOBS["served"].run(session, task, request, progress)
     except RefusedAudio as error:
         _delete_upload(request.audio)

@@ -4,10 +4,15 @@ whisper-base and whisper-tiny.en that requirements.txt installs (converted once 
 from __future__ import annotations
 
 import os
+import tempfile
 
 # Two busy-waiting OpenMP thread pools on 2 cores (pytest and a CLI subprocess, or a parallel job)
 # slow torch 30-50x; passive waiting costs nothing when alone. Must be set before torch starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Each pytest-xdist worker serves its own app: its own Gradio upload cache, since a server that shuts down
+# deletes every file it cached (delete_cache), and two servers would share files of the same content.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+os.environ["GRADIO_TEMP_DIR"] = os.path.join(tempfile.gettempdir(), f"specdec-tests-gradio-{WORKER}")
 
 from pathlib import Path  # noqa: E402
 

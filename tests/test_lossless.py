@@ -232,3 +232,19 @@ def test_target_alone_at_every_batch_size_equals_generate(separate_pair, batch_s
     for waveform, transcription in zip(waveforms, results, strict=True):
         assert list(transcription.token_ids) == reference_ids(separate_pair, waveform, options)
         assert {token.label for token in transcription.result.tokens} == {TARGET}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found 2026-11-23, open: with a previous-text prompt, German forced and timestamps, our loop "
+    "(target alone too, in float64 too) and generate() pick different tokens after a timestamp pair "
+    "on bursts-9s (index 20); the whisper/logits.py timestamp rules against transformers' processor",
+)
+def test_previous_text_with_forced_german_and_timestamps_equals_generate(separate_pair):
+    tokenizer = separate_pair.pair.target.processor.tokenizer
+    prompt_ids = tuple(tokenizer.encode(PREVIOUS_TEXT, add_special_tokens=False))
+    options = DecodeOptions(
+        language="de", timestamps=True, prompt_ids=prompt_ids, max_new_tokens=MAX_NEW_TOKENS
+    )
+    alone = separate_pair.transcribe_waveform(CLIPS["bursts-9s"], options, speculative=False)
+    assert list(alone.token_ids) == reference_ids(separate_pair, CLIPS["bursts-9s"], options)

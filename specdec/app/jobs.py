@@ -42,6 +42,8 @@ class Jobs:
         except asyncio.CancelledError:
             stop.set()
             await asyncio.wait([task])  # hold the queue's slot until the decoding has stopped
+            if not task.cancelled():
+                task.exception()  # retrieved (Cancelled, as asked), so asyncio does not log it
             raise
         except Cancelled:
             raise UserError("Stopped: the page that asked for this left.") from None
