@@ -236,9 +236,9 @@ def test_target_alone_at_every_batch_size_equals_generate(separate_pair, batch_s
 
 @pytest.mark.xfail(
     strict=True,
-    reason="found 2026-11-23, open: with a previous-text prompt, German forced and timestamps, our loop "
-    "(target alone too, in float64 too) and generate() pick different tokens after a timestamp pair "
-    "on bursts-9s (index 20); the whisper/logits.py timestamp rules against transformers' processor",
+    reason="found 2026-11-23, open: a 9 s clip whose decoding closes a segment with a timestamp pair past "
+    "the audio's end (<|25.60|><|26.68|>) with a previous-text prompt and German forced: our seek loop "
+    "starts a second window at 25.6 s, generate() continues otherwise (target alone too, float64 too)",
 )
 def test_previous_text_with_forced_german_and_timestamps_equals_generate(separate_pair):
     tokenizer = separate_pair.pair.target.processor.tokenizer
