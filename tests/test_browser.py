@@ -91,7 +91,7 @@ def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
         page.get_by_role("tab", name="Live").click()
         page.locator("#live-audio button.record-button").click()
         page.wait_for_selector("#live-text span.tok", timeout=60_000)  # an update arrived while recording
-        page.wait_for_timeout(3_000)
+        page.wait_for_timeout(1_000)
         page.screenshot(path=str(tmp_path / "live-recording.png"), full_page=True)
         page.locator("#live-audio button.stop-button").click()
         page.wait_for_function(

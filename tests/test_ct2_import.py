@@ -77,7 +77,8 @@ def test_converted_models_decode_as_ctranslate2_does(real_pair, ct2_folders, nam
             suppress_tokens=[-1],  # the model's own list, from its config.json
         )[0].sequences_ids[0]
         assert list(ours.token_ids) == theirs, f"{name} {clip}: our loop differs from CTranslate2"
-        assert list(ours.token_ids) == reference_ids(whisper, waveform, options), f"{name} {clip}: generate()"
+        if name == "tiny.en":  # base's loop == generate() on these clips: tests/test_real_pair.py
+            assert list(ours.token_ids) == reference_ids(whisper, waveform, options), f"{clip}: generate()"
 
 
 def test_the_converted_folders_are_complete(real_models):
