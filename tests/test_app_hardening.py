@@ -166,6 +166,7 @@ def test_twenty_concurrent_clients_get_their_serial_answer_or_a_clear_queue_full
     assert client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")[0] == serial
 
 
+@pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
 def test_a_soak_of_comparisons_holds_memory_and_disk(client):
     def call() -> None:
         client.predict(handle_file(str(CLIP)), SHARED_DRAFT, *COMPARE, "", api_name="/compare")

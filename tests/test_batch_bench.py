@@ -59,6 +59,7 @@ def test_row_plans_are_seeded_per_row(bench):
     assert all(0.3 < rate < 1.0 for rate in rates)
 
 
+@pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
 def test_cli_bench_batch_writes_the_table_and_report(models_dir, tmp_path, capsys):
     code = main(
         [

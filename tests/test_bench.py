@@ -112,6 +112,7 @@ def test_adaptive_pauses_a_useless_draft_and_resumes():
     assert policy.backoff == [0] and policy.paused == [0] and policy.choose(rows, [1]) == [2]
 
 
+@pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
 def test_bench_small_preset_runs_every_configuration_with_generates_output(
     benchmark_checkpoints, tmp_path, capsys
 ):

@@ -49,6 +49,7 @@ def test_every_chunk_follows_its_plan_and_keeps_the_target_output(bench):
     assert speculative.target_passes < baseline.target_passes
 
 
+@pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
 def test_cli_report(benchmark_checkpoints, tmp_path, capsys):
     code = main(
         [

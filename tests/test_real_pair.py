@@ -129,6 +129,7 @@ def test_long_form_equals_generate(real_pair):
     assert len(result.windows) >= 2 and 0 < result.num_accepted < result.num_drafted
 
 
+@pytest.mark.slow  # real models streaming twice: CI runs it; -m 'not slow' skips it
 def test_hypothesis_reuse_needs_fewer_target_passes_on_real_speech(real_pair):
     waveform = clip("en-fellow-americans")[: 5 * SAMPLE_RATE]
     passes = {}

@@ -157,6 +157,7 @@ def test_summary_figures_on_planted_updates():
     assert (empty.decoded_updates, empty.median_latency_seconds, empty.real_time_factor) == (0, 0.0, 0.0)
 
 
+@pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
 def test_stream_bench_checks_every_update_and_reports_goals(shared_pair):
     waveform = load_audio(ASSETS / "en-weather.wav")[: 3 * SAMPLE_RATE]
     rows = measure({"draft-shared": shared_pair}, waveform, 1.0, log=lambda _: None)
