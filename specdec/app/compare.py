@@ -108,9 +108,10 @@ class CompareRequest:
         reference = self.reference or ""
         if not isinstance(reference, str):
             raise UserError("The reference text must be text.")
-        if len(reference) > MAX_REFERENCE_CHARS or len(reference.split()) > MAX_REFERENCE_WORDS:
+        num_words = len(reference.split())
+        if len(reference) > MAX_REFERENCE_CHARS or num_words > MAX_REFERENCE_WORDS:
             raise UserError(
-                f"The reference text is {len(reference):,} characters and {len(reference.split()):,} words; "
+                f"The reference text is {len(reference):,} characters and {num_words:,} words; "
                 f"the limit is {MAX_REFERENCE_CHARS:,} characters and {MAX_REFERENCE_WORDS:,} words."
             )
 

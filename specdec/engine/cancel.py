@@ -9,15 +9,14 @@ through every layer. Outside a scope `check()` only counts.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 _EVENT: ContextVar[threading.Event | None] = ContextVar("specdec_cancel_event", default=None)
-_CHECKS = itertools.count()  # every check, in every thread: a decode-step counter for monitoring
-_checked = 0
+_checks = 0  # every check, in every thread: a decode-step counter for monitoring
+_checks_lock = threading.Lock()
 
 
 class Cancelled(Exception):
@@ -36,8 +35,9 @@ def cancellable(event: threading.Event) -> Iterator[threading.Event]:
 
 def check() -> None:
     """Raise `Cancelled` if the current scope's event is set (called between passes and windows)."""
-    global _checked
-    _checked = next(_CHECKS) + 1
+    global _checks
+    with _checks_lock:
+        _checks += 1
     event = _EVENT.get()
     if event is not None and event.is_set():
         raise Cancelled("the decoding was cancelled")
@@ -45,4 +45,4 @@ def check() -> None:
 
 def checks() -> int:
     """How many times any decoding has reached a pass or window boundary in this process."""
-    return _checked
+    return _checks

@@ -19,6 +19,10 @@ from specdec.whisper.vocabulary import VocabularyError, VocabularyMap
 
 logger = logging.getLogger("specdec")
 HUB_PROBE_SECONDS = 3.0  # how long to wait for the hub before using a bundled copy
+OFFLINE_HINT = (
+    "without network access use a local folder, "
+    "or `python -m specdec demo-models DIR` for offline demo models"
+)
 
 HUB_ALIASES = {
     "tiny": "openai/whisper-tiny",
@@ -115,10 +119,7 @@ def locate_model(name: str) -> tuple[str, str]:
         return resolved, f"hub {resolved}"
     bundle = find_bundle(resolved)
     if bundle is None:  # refused at once, not after from_pretrained's retries (~25 s here)
-        raise CheckpointError(
-            f"{resolved} is not downloaded and the hub is unreachable; without network access use a local "
-            "folder, or `python -m specdec demo-models DIR` for offline demo models"
-        )
+        raise CheckpointError(f"{resolved} is not downloaded and the hub is unreachable; {OFFLINE_HINT}")
     folder = bundled_folder(bundle)
     source = f"bundled in {' + '.join(bundle.requirements)}"
     logger.warning(
@@ -186,10 +187,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedMod
     try:
         config = AutoConfig.from_pretrained(resolved, trust_remote_code=False)
     except (OSError, ValueError) as error:
-        raise PairError(
-            f"could not load {name!r} ({error}); without network access use a local folder, "
-            "or `python -m specdec demo-models DIR` for offline demo models"
-        ) from error
+        raise PairError(f"could not load {name!r} ({error}); {OFFLINE_HINT}") from error
     if config.model_type != "whisper":
         raise PairError(f"{name} is not a Whisper model (model_type={config.model_type!r})")
     model = WhisperForConditionalGeneration.from_pretrained(resolved, dtype=dtype).to(device).eval()
