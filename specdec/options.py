@@ -23,7 +23,7 @@ class DecodeOptions:
     # output is unchanged, but seeded sampling then depends on timings
     draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
     max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
-    prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before the first window
+    prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before every window
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

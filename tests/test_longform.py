@@ -62,6 +62,9 @@ def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
         return_tensors="pt",
     )
     assert inputs.input_features.shape[-1] > WINDOW_FRAMES  # generate() takes its long-form path
+    prompt_ids = None
+    if options.prompt_ids:  # as WhisperProcessor.get_prompt_ids gives it
+        prompt_ids = torch.tensor([target.model.generation_config.prev_sot_token_id, *options.prompt_ids])
     with torch.inference_mode():
         sequences = target.model.generate(
             inputs.input_features.to(target.model.dtype),
@@ -72,6 +75,7 @@ def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
             compression_ratio_threshold=None,
             logprob_threshold=None,
             max_new_tokens=options.max_new_tokens,
+            prompt_ids=prompt_ids,
         )
     sequence = sequences[0].tolist()
     while sequence and sequence[-1] == target.model.generation_config.pad_token_id:
@@ -99,10 +103,13 @@ def test_windowed_features_are_the_whole_file_features(separate_pair, draft):
 @pytest.mark.parametrize(
     ("language", "speculative"),
     [("en", True), (None, True), (None, False)],  # de, speculative: for each draft kind below
-    ids=["en-speculative", "detected-language-speculative", "detected-language-target-only"],
+    ids=["en-previous-text-speculative", "detected-language-speculative", "detected-language-target-only"],
 )
 def test_sequential_equals_generate(separate_pair, speculative, language):
-    options = DecodeOptions(language=language)
+    tokenizer = separate_pair.pair.target.processor.tokenizer
+    # a previous text conditions every window (generate()'s prompt_ids)
+    previous_text = tuple(tokenizer.encode(" Weather and travel.", add_special_tokens=False))
+    options = DecodeOptions(language=language, prompt_ids=previous_text if language else ())
     result = decode_sequential(separate_pair.pair, SEQUENTIAL, options, speculative)
     assert list(result.token_ids) == generate_long(separate_pair, SEQUENTIAL, options)
     starts = [window.start_seconds for window in result.windows]

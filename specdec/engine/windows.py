@@ -78,13 +78,12 @@ class ClipDecoding:
         return min(self.num_frames - self.seek, WINDOW_FRAMES)
 
     def next_row(self, pair: ModelPair, options: DecodeOptions, device: torch.device) -> Row:
-        """The row for this clip's next window: its forced prompt (previous text, options.prompt_ids,
-        conditions the first window only, as generate()'s prompt_ids do), logits processing and budget."""
+        """The row for this clip's next window: its forced prompt (the previous text, options.prompt_ids,
+        conditions every window, as generate()'s prompt_ids do without condition_on_prev_tokens), logits
+        processing and budget."""
         model = pair.target.model
         config = model.generation_config
-        prompt = forced_prompt(
-            config, self.language_id, options, options.prompt_ids if self.window == 0 else ()
-        )
+        prompt = forced_prompt(config, self.language_id, options, options.prompt_ids)
         self.first_prompt = self.first_prompt or prompt
         limit = model.config.max_target_positions - len(prompt)
         budget = limit if options.max_new_tokens is None else min(limit, options.max_new_tokens)
