@@ -1,21 +1,34 @@
 """Audio input for Whisper: decode a file, array or Gradio tuple to 16 kHz mono float32.
 
-Truncated files, as soundfile 0.14 / libsndfile 1.2.2 handle them:
-- WAV: the header is trusted only as far as the data goes, so the readable prefix is returned (accepted).
+Files: soundfile (libsndfile) reads WAV, FLAC, OGG, MP3 and the like; any other file goes to ffmpeg
+through PyAV (`specdec.media`): m4a/AAC, webm/Opus, mp4, mkv, mov, ... A video gives its first audio
+stream. Both decoders feed the same block-by-block downmix and streaming resampler, and both check the
+length from the file's header (or container) before decoding, where it is recorded.
+
+Truncated files, as soundfile 0.14 / libsndfile 1.2.2 and PyAV 18 (ffmpeg 8) handle them: a readable
+prefix is accepted when the decoder yields one cleanly, anything else is an ``AudioError``.
+- WAV: refused when the data chunk is shorter than the header says ("the file is cut short").
 - FLAC: reading fails with "flac decoder lost sync"; this becomes an ``AudioError``.
 - OGG/Vorbis: depending on where it is cut, the file fails to open ("malformed"), decodes to zero samples
   (an ``AudioError``), or decodes to its readable prefix (accepted).
+- MP4/M4A/MOV: an ``AudioError`` either way: the index ("moov") written at the end is lost, or, written
+  first, it points past the end of the file and the decoder rejects the missing packet.
+- WebM/Matroska: its readable prefix (accepted); a recording's length is often not recorded at all, so
+  the prefix is all there is to go by.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import soxr
+
+from specdec import media
 
 SAMPLE_RATE = 16_000
 MAX_SECONDS = 30.0  # one Whisper window: the limit of short-form decoding
@@ -59,27 +72,66 @@ def load_audio(
 
 
 def _read_file(path: Path, max_seconds: float | None) -> np.ndarray:
-    """Decode a file block by block into one 16 kHz mono float32 array, checking its length first.
-
-    Never more than one block at the file's own rate is in memory besides the output: each block is
-    downmixed and fed to a streaming resampler (the same samples as resampling the whole file at once).
-    """
-    name, info = _open_checked(path, max_seconds)
-    rate = info.samplerate
-    resampler = None
-    if rate != SAMPLE_RATE:
-        resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-    output = _Output(math.ceil(info.frames * SAMPLE_RATE / rate) + 64)
-    num_frames = 0
+    """Decode a file with soundfile, or with ffmpeg when soundfile cannot open it, checking its length
+    from the header first."""
+    name = _checked_path(path)
+    try:
+        info = sf.info(name)
+    except (sf.SoundFileError, RuntimeError, OSError) as err:
+        return _read_media(name, max_seconds, _reason(err))
+    _check_rate(name, info.samplerate)
+    # Reject long files from the header, before decoding them into memory.
+    _check_duration(name, info.frames, info.samplerate, max_seconds)
+    if info.format in ("WAV", "WAVEX"):
+        _check_wav_complete(name, path)
     try:
         with sf.SoundFile(name) as audio_file:
-            for block in audio_file.blocks(BLOCK_FRAMES, dtype="float32", always_2d=True):
-                num_frames += len(block)
-                mono = _downmix(name, block)
-                output.append(mono if resampler is None else resampler.resample_chunk(mono))
+            blocks = audio_file.blocks(BLOCK_FRAMES, dtype="float32", always_2d=True)
+            return _blocks_to_whisper_input(name, blocks, info.samplerate, info.frames, max_seconds)
     except (sf.SoundFileError, RuntimeError, OSError) as err:
         reason = _reason(err)
         raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
+
+
+def _read_media(name: str, max_seconds: float | None, soundfile_reason: str) -> np.ndarray:
+    """Decode the first audio stream of a file through ffmpeg, its length checked from the container
+    before decoding where the container records it (and while decoding where it does not)."""
+    try:
+        with media.first_audio_stream(name) as stream:
+            rate = stream.sample_rate
+            _check_rate(name, rate)
+            expected = round(stream.seconds * rate) if stream.seconds else 0
+            if expected:
+                _check_duration(name, expected, rate, max_seconds)
+            blocks = stream.blocks(BLOCK_FRAMES)
+            return _blocks_to_whisper_input(name, blocks, rate, expected or BLOCK_FRAMES, max_seconds)
+    except media.NotMedia as err:
+        raise AudioError(
+            f"{name}: not an audio file soundfile can decode ({soundfile_reason}) nor ffmpeg ({err})"
+        ) from err
+    except media.MediaError as err:
+        raise AudioError(f"{name}: {err}") from err
+
+
+def _blocks_to_whisper_input(
+    name: str, blocks: Iterable[np.ndarray], rate: int, expected_frames: int, max_seconds: float | None
+) -> np.ndarray:
+    """(frames, channels) blocks at the file's rate -> one 16 kHz mono float32 array.
+
+    Never more than one block at the file's own rate is in memory besides the output: each block is
+    downmixed and fed to a streaming resampler (the same samples as resampling the whole file at once).
+    A file longer than max_seconds is refused as soon as a block goes past it (its header may not say)."""
+    resampler = None
+    if rate != SAMPLE_RATE:
+        resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+    output = _Output(math.ceil(expected_frames * SAMPLE_RATE / rate) + 64)
+    num_frames = 0
+    for block in blocks:
+        num_frames += len(block)
+        if max_seconds is not None and num_frames > max_seconds * rate:
+            _check_duration(name, num_frames, rate, max_seconds, at_least=True)
+        mono = _downmix(name, block)
+        output.append(mono if resampler is None else resampler.resample_chunk(mono))
     _check_duration(name, num_frames, rate, max_seconds)
     if resampler is not None:
         output.append(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
@@ -107,8 +159,8 @@ class _Output:
         return self.buffer[: self.size]
 
 
-def _open_checked(path: Path, max_seconds: float | None) -> tuple[str, sf._SoundFileInfo]:
-    """The file's name and header, after checking it exists, is audio, and is not too long."""
+def _checked_path(path: Path) -> str:
+    """The file's name, after checking it exists and is a non-empty regular file."""
     name = str(path)
     if not path.exists():
         raise AudioError(f"{name}: no such file")
@@ -116,16 +168,7 @@ def _open_checked(path: Path, max_seconds: float | None) -> tuple[str, sf._Sound
         raise AudioError(f"{name}: not a regular file")
     if path.stat().st_size == 0:
         raise AudioError(f"{name}: file is empty (0 bytes)")
-    try:
-        info = sf.info(name)
-    except (sf.SoundFileError, RuntimeError, OSError) as err:
-        raise AudioError(f"{name}: not an audio file soundfile can decode ({_reason(err)})") from err
-    _check_rate(name, info.samplerate)
-    # Reject long files from the header, before decoding them into memory.
-    _check_duration(name, info.frames, info.samplerate, max_seconds)
-    if info.format in ("WAV", "WAVEX"):
-        _check_wav_complete(name, path)
-    return name, info
+    return name
 
 
 def _check_wav_complete(name: str, path: Path) -> None:
@@ -195,17 +238,21 @@ def _check_rate(name: str, rate: object) -> None:
         raise AudioError(f"{name}: sample rate must be positive, got {rate}")
 
 
-def _check_duration(name: str, num_samples: int, rate: float, max_seconds: float | None) -> None:
-    """Reject empty audio and, unless ``max_seconds`` is None, audio longer than it."""
+def _check_duration(
+    name: str, num_samples: int, rate: float, max_seconds: float | None, at_least: bool = False
+) -> None:
+    """Reject empty audio and, unless ``max_seconds`` is None, audio longer than it (``at_least``: the
+    file has not been read to its end, num_samples is only what was read so far)."""
     if num_samples == 0:
         raise AudioError(f"{name}: contains no audio samples")
     seconds = num_samples / rate
+    length = f"{'over ' if at_least else ''}{seconds:.1f} s"
     # A limit other than one window's (an app's, MAX_LONG_SECONDS) is a plain limit: name it.
     if max_seconds is not None and seconds > max_seconds != MAX_SECONDS:
-        raise AudioError(f"{name} is {seconds:.1f} s long; the limit is {duration_text(max_seconds)}")
+        raise AudioError(f"{name} is {length} long; the limit is {duration_text(max_seconds)}")
     if max_seconds is not None and seconds > max_seconds:
         raise AudioError(
-            f"{name} is {seconds:.1f} s long; this takes one {max_seconds:g} s window at most "
+            f"{name} is {length} long; this takes one {max_seconds:g} s window at most "
             "(SpeculativeWhisper.transcribe decodes longer audio long-form)"
         )
 

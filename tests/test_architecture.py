@@ -1,7 +1,7 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
 base (options, trace, audio, wer)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
-<-  cli, app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
+<-  corpus/  <-  cli, app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
 """
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "specdec"
-BASE = {"specdec", "specdec.options", "specdec.trace", "specdec.audio", "specdec.wer"}
+BASE = {
+    "specdec",
+    "specdec.options",
+    "specdec.trace",
+    "specdec.audio",
+    "specdec.media",
+    "specdec.wer",
+    "specdec.subtitles",
+    "specdec.vad",
+}
 # a wing may import itself, the base, and the wings listed for it
 ALLOWED = {
     "whisper": {"whisper"},
@@ -19,7 +28,8 @@ ALLOWED = {
     "longform": {"whisper", "engine", "longform"},
     "api": {"whisper", "engine", "longform"},
     "streaming": {"whisper", "engine", "longform", "api", "streaming"},
-    "cli": {"whisper", "engine", "longform", "api", "streaming"},
+    "corpus": {"whisper", "engine", "longform", "api", "corpus"},
+    "cli": {"whisper", "engine", "longform", "api", "streaming", "corpus"},
     "app": {"whisper", "engine", "longform", "api", "streaming", "app"},
 }
 
