@@ -4,6 +4,9 @@ python app.py                 # real models: whisper-base <- whisper-tiny.en on 
                               # whisper-large-v3 <- whisper-tiny on a GPU (from the hub)
 python app.py --demo-models   # random-weight demo checkpoints for tests: transcripts are meaningless
 
+Beside the page, on the same port: an OpenAI-compatible POST /v1/audio/transcriptions and GET /v1/models
+(specdec/app/openai_api.py; --api-key or SPECDEC_API_KEY to require a key there).
+
 Layout and wiring only; the handlers are plain functions in specdec/app/.
 """
 
@@ -21,7 +24,7 @@ import gradio as gr
 import numpy as np
 import soundfile as sf
 
-from specdec.app import compare, live, views
+from specdec.app import compare, downloads, live, openai_api, views
 from specdec.app.highlight import STYLE, legend_html
 from specdec.app.jobs import Jobs
 from specdec.app.store import (
@@ -39,7 +42,8 @@ from specdec.longform import LONG_FORM_MODES
 from specdec.whisper.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
-MAX_FILE_SIZE = "25mb"  # 10 min of 16 kHz mono 16-bit WAV is 19 MB (a compressed file holds more)
+MAX_FILE_SIZE = 25 * 1024 * 1024  # 25 MB: 10 min of 16 kHz mono 16-bit WAV is 19 MB (compressed holds more)
+QUEUE_SIZE = 32  # jobs waiting for the models: the page's queue, and the API's line (app.jobs)
 LANGUAGES = ["auto", "en", "de", "fr", "es", "it", "pt", "nl", "ja", "zh", "ru", "ar", "hi", "ko"]
 CSS = """
 .wer-sub { background: #fde68a; border-radius: 3px; padding: 0 2px; }
@@ -56,10 +60,15 @@ LIVE_HELP = """Press **Record** and speak: every update re-decodes the audio so 
 Text that two updates in a row agree on is **committed**; the rest is *tentative* (grey) and may change.
 Each token is coloured by who proposed it: the **previous hypothesis** (free: no model runs), the
 **draft model**, or the **target** itself. Every update's text is exactly the target's own on that audio.
-Silence is not decoded. Each recording starts a new transcript."""
+Only speech is decoded (Silero VAD): silence, noise and music are not, and a pause commits what you said.
+Each recording starts a new transcript."""
 LONG_FORM_HELP = (
     "sequential: Whisper's own long-form algorithm, segment by segment (the same output as generate()) · "
     "chunked: 30 s chunks with 5 s overlap decoded as a batch, merged like the transformers ASR pipeline"
+)
+SKIP_SILENCE_HELP = (
+    "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
+    "on the whole file, and the badge compares with the target alone on the same speech"
 )
 LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
 UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
@@ -177,6 +186,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         seed,
         long_form,
         reference,
+        skip_silence,
         request: gr.Request,
         progress=gr.Progress(),
     ):
@@ -184,6 +194,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
+            skip_silence=skip_silence,
         )  # fmt: skip
         view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
@@ -198,6 +209,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             view.wer_html,
             views.details(view),
             view.windows,
+            view.comparison.speculative,  # for the downloads
         )
 
     async def run_transcribe(
@@ -211,13 +223,14 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         temperature,
         seed,
         long_form,
+        skip_silence,
         request: gr.Request,
         progress=gr.Progress(),
     ):
         asked = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
-            long_form=long_form,
+            long_form=long_form, skip_silence=skip_silence,
         )  # fmt: skip
         return await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash)
 
@@ -228,6 +241,12 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 sources=["upload", "microphone"],
                 type="filepath",
                 label=f"Audio (up to {limit}; over 30 s is decoded long-form)",
+            )
+            # the audio box takes only what the browser types audio/*, not a video or a .webm recording
+            video = gr.UploadButton(
+                "Or upload a video (mp4, webm, mov, mkv): its first audio track",
+                file_types=["audio", "video", ".m4a", ".webm", ".mkv", ".mov"],
+                size="sm",
             )
             reference = gr.Textbox(
                 "",
@@ -253,10 +272,13 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
                 # bounds checked by compare.checked_seed: Gradio's own check prints a traceback per call
                 seed = gr.Number(value=0, precision=0, label=f"Seed (0 to {compare.MAX_SEED})")
-            timestamps = gr.Checkbox(label="Timestamps")
+            timestamps = gr.Checkbox(
+                label="Timestamps", info="segment times; the SRT and WebVTT downloads need them"
+            )
             long_form = gr.Radio(
                 list(LONG_FORM_MODES), value="sequential", label="Long audio (over 30 s)", info=LONG_FORM_HELP
             )
+            skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -269,6 +291,12 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     with gr.Row():
         baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
         speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
+    with gr.Row():  # the speculative transcript as files, after a Compare run
+        download_buttons = [
+            gr.DownloadButton(f"Download {label}", visible=False, size="sm", elem_id=f"download-{name}")
+            for name, label in downloads.DOWNLOADS.items()
+        ]
+    transcript = gr.State(None, time_to_live=UPLOAD_CACHE[1])  # the last run's speculative Transcription
     gr.Markdown("### Speculative transcript, token by token (hover a token for its step and probabilities)")
     tokens = gr.HTML(STYLE + legend_html(), label="Tokens", elem_id="tokens")
     metrics = gr.Dataframe(
@@ -310,27 +338,35 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         word_errors,
         details,
         windows,  # last, so that API clients' indices of the outputs before it still hold
+        transcript,  # a State: never sent to API clients
     ]
 
-    def cleared():  # before a run: no output of an earlier run stays beside the new one
-        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None]
+    def cleared(request: gr.Request):  # before a run: no output of an earlier run stays beside the new one
+        downloads.clear(_downloads_folder(request))
+        hidden = [gr.DownloadButton(value=None, visible=False) for _ in download_buttons]
+        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None, None, *hidden]
 
-    run.click(cleared, None, outputs, queue=False, api_visibility="private").then(
+    def offer_downloads(transcription, request: gr.Request):
+        files = downloads.write(transcription, _downloads_folder(request))
+        return [gr.DownloadButton(value=path, visible=path is not None) for path in files]
+
+    run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_compare,
-        [*settings, reference],
+        [*settings, reference, skip_silence],
         outputs,
         api_name="compare",
         concurrency_limit=1,
         concurrency_id="models",
-    )
-    quick.click(cleared, None, outputs, queue=False, api_visibility="private").then(
+    ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
+    quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_transcribe,
-        settings,
+        [*settings, skip_silence],
         [speculative_text, tokens, details],
         api_name="transcribe",
         concurrency_limit=1,
         concurrency_id="models",
     )
+    video.upload(lambda path: path, video, audio, queue=False, api_visibility="private")  # into the audio box
 
 
 def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
@@ -432,9 +468,14 @@ def build_demo(store: ModelStore, banner: str) -> gr.Blocks:
 
 
 def _page_closed(request: gr.Request) -> None:
+    downloads.clear(_downloads_folder(request))
     stopped = JOBS["served"].stop_session(request.session_hash)
     if stopped:
         logger.info("a page closed: stopped %d running job(s)", stopped)
+
+
+def _downloads_folder(request: gr.Request) -> Path:
+    return downloads.session_folder(GRADIO_CACHE, request.session_hash)
 
 
 def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
@@ -477,6 +518,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SPECDEC_API_KEY") or None,
+        help="require 'Authorization: Bearer KEY' on the /v1 API (or set SPECDEC_API_KEY); not on the page",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.max_seconds <= MAX_LONG_SECONDS:
         parser.error(f"--max-seconds must be above 0 and at most {MAX_LONG_SECONDS:g}")
@@ -489,14 +535,23 @@ def main(argv: list[str] | None = None) -> None:
     if load_error:
         print(load_error)
     demo = build_demo(store, banner_html(store, args.demo_models, load_error))
-    demo.queue(max_size=32, default_concurrency_limit=1)
+    demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     demo.launch(
         server_name=args.host,
         server_port=args.port,
         max_file_size=MAX_FILE_SIZE,
         css=CSS,
         state_session_capacity=SESSIONS_KEPT,
+        app_kwargs={"routes": api_routes(args.api_key)},  # Gradio's FastAPI app serves them beside the page
     )
+
+
+def api_routes(api_key: str | None, max_waiting: int = QUEUE_SIZE) -> list:
+    """The OpenAI-compatible /v1 routes on the served store and its jobs; none on ZeroGPU, where a GPU is
+    held only inside the page's own tasks."""
+    if ON_ZERO_GPU:
+        return []
+    return openai_api.routes(STORES["served"], JOBS["served"], MAX_FILE_SIZE, max_waiting, api_key)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,16 +11,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec import longform
+from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
 from specdec.engine import kernels
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
+from specdec.longform.speech import decode_speech
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
 from specdec.whisper.models import ModelPair, load_pair
+from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
 
 
 class BatchAudioError(AudioError):
@@ -44,6 +48,7 @@ class Transcription:
     audio: str  # file path, or a description of an array
     text: str
     result: DecodeResult
+    segments: tuple[subtitles.Cue, ...] | None = None  # in seconds of the whole file; None: no timestamps
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -54,7 +59,42 @@ class Transcription:
         return self.result.language
 
     def to_dict(self) -> dict:
-        return {"audio": self.audio, "text": self.text, **self.result.to_dict()}
+        """JSON-ready: the text, the whole trace with its statistics, and the timed segments (start, end,
+        text, token ids; None without timestamps) in place of the trace's own `segments` (chunked
+        decoding's merged token ids with the model's times, before any was filled in)."""
+        segments = None if self.segments is None else [dataclasses.asdict(cue) for cue in self.segments]
+        return {"audio": self.audio, "text": self.text, **self.result.to_dict(), "segments": segments}
+
+    def to_srt(self) -> str:
+        """SubRip subtitles (needs timestamps: `subtitles.NoTimestamps` otherwise)."""
+        return subtitles.srt(self.segments)
+
+    def to_vtt(self) -> str:
+        """WebVTT subtitles (needs timestamps: `subtitles.NoTimestamps` otherwise)."""
+        return subtitles.vtt(self.segments)
+
+    def to_text(self) -> str:
+        """Plain text: one segment per line with timestamps, else the whole text on one line."""
+        return subtitles.plain_text(self.text, self.segments)
+
+    def to_json(self) -> str:
+        """`to_dict()` as JSON: the transcript, its segments and the full trace."""
+        return json.dumps(self.to_dict(), ensure_ascii=False)
+
+    def render(self, output_format: str) -> str:
+        """The transcript in one of `subtitles.FORMATS`: "txt", "srt", "vtt" or "json"."""
+        writers = {"txt": self.to_text, "srt": self.to_srt, "vtt": self.to_vtt, "json": self.to_json}
+        if output_format not in writers:
+            raise ValueError(f"unknown output format {output_format!r}; choose from {', '.join(writers)}")
+        return writers[output_format]()
+
+    def save(
+        self, directory: str | Path, formats: Sequence[str] = subtitles.FORMATS, stem: str | None = None
+    ) -> list[Path]:
+        """Write `stem.txt`, `stem.srt`, ... into directory (stem: the audio file's name without its
+        extension); every format is rendered before any file is written. The paths written."""
+        texts = {output_format: self.render(output_format) for output_format in formats}
+        return subtitles.write(texts, directory, stem or Path(self.audio).stem)
 
 
 class SpeculativeWhisper:
@@ -98,6 +138,7 @@ class SpeculativeWhisper:
         errors: str = "raise",
         long_form: str = "sequential",
         progress: longform.Progress | None = None,
+        skip_silence: bool = False,
         **options,
     ) -> list[str | AudioError] | list[Transcription | AudioError]:
         """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples, up to 4 hours.
@@ -115,14 +156,16 @@ class SpeculativeWhisper:
         generate() on the whole file (`longform.sequential`); "chunked" decodes overlapping 30 s chunks
         as one batch (8 at a time, or batch_size if larger) and merges them as transformers' ASR pipeline
         does (`longform.chunked`): faster, not generate()'s output. progress(fraction, message) follows
-        each long file. Clips up to 30 s are decoded as before in either mode.
+        each long file. Clips up to 30 s are decoded as before in either mode. skip_silence=True (off by
+        default) decodes only the speech of audio over 30 s, long silences skipped (Silero VAD,
+        `longform.speech`): times stay the whole file's, and the output is no longer generate()'s on it.
         """
         decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
         sources = _as_list(audio)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
         results = self.transcribe_many(
-            sources, decode_options, sample_rate, speculative, batch_size, long_form, progress
+            sources, decode_options, sample_rate, speculative, batch_size, long_form, progress, skip_silence
         )
         if not return_stats:
             results = [result if isinstance(result, AudioError) else result.text for result in results]
@@ -140,6 +183,7 @@ class SpeculativeWhisper:
         batch_size: int = 1,
         long_form: str = "sequential",
         progress: longform.Progress | None = None,
+        skip_silence: bool = False,
     ) -> list[Transcription | AudioError]:
         """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded:
         the clips up to 30 s together, each longer one on its own (long_form).
@@ -163,7 +207,7 @@ class SpeculativeWhisper:
             for i, audio in enumerate(loaded):
                 if i not in decoded and not isinstance(audio, AudioError):
                     decoded[i] = self.transcribe_long(
-                        audio, options, speculative, names[i], long_form, batch_size, progress
+                        audio, options, speculative, names[i], long_form, batch_size, progress, skip_silence
                     )
                 results.append(decoded.get(i, audio))
         return results
@@ -191,15 +235,20 @@ class SpeculativeWhisper:
         long_form: str = "sequential",
         batch_size: int = 1,
         progress: longform.Progress | None = None,
+        skip_silence: bool = False,
     ) -> Transcription:
-        """A 16 kHz waveform of any length, long-form (see `transcribe`); progress(fraction, message)."""
+        """A 16 kHz waveform of any length, long-form (see `transcribe`); progress(fraction, message);
+        skip_silence: only its speech (`longform.speech`)."""
         longform.check_mode(long_form)
-        if long_form == "chunked":
+        if skip_silence:
+            batch = batch_size if batch_size > 1 or long_form != "chunked" else CHUNK_BATCH_SIZE
+            result = decode_speech(self.pair, waveform, options, speculative, long_form, batch, progress)
+        elif long_form == "chunked":
             chunk_batch = batch_size if batch_size > 1 else CHUNK_BATCH_SIZE
             result = decode_chunked(self.pair, waveform, options, speculative, chunk_batch, progress)
         else:
             result = decode_sequential(self.pair, waveform, options, speculative, progress)
-        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+        return self._transcription(name, result, len(waveform) / SAMPLE_RATE)
 
     def transcribe_waveform(
         self,
@@ -212,7 +261,7 @@ class SpeculativeWhisper:
         """A 16 kHz mono float32 waveform up to 30 s -> Transcription (make_drafter: see `decode_clips`)."""
         features = pair_features(self.pair, waveform, speculative)
         (result,) = decode_clips(self.pair, [features], options, speculative, make_drafter)
-        return Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
+        return self._transcription(name, result, len(waveform) / SAMPLE_RATE)
 
     def transcribe_waveforms(
         self,
@@ -226,8 +275,8 @@ class SpeculativeWhisper:
         features = [pair_features(self.pair, waveform, speculative) for waveform in waveforms]
         results = decode_clips(self.pair, features, options, speculative) if waveforms else []
         return [
-            Transcription(audio=name, text=self.decode_text(result.token_ids), result=result)
-            for name, result in zip(names, results, strict=True)
+            self._transcription(name, result, len(waveform) / SAMPLE_RATE)
+            for name, result, waveform in zip(names, results, waveforms, strict=True)
         ]
 
     def warm_up(self) -> None:
@@ -240,6 +289,19 @@ class SpeculativeWhisper:
     def decode_text(self, token_ids: Sequence[int]) -> str:
         """Target ids -> text without special or timestamp tokens."""
         return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
+
+    def _transcription(self, name: str, result: DecodeResult, audio_seconds: float) -> Transcription:
+        """A decoding's text and, when it was decoded with timestamps, its timed segments."""
+        config = self.pair.target.model.generation_config
+        segments = None
+        if config.no_timestamps_token_id not in result.prompt_ids:
+            found = subtitles.segments_of(result, timestamp_begin(config), TIMESTAMP_SECONDS)
+            segments = subtitles.cues(found, self._segment_text, audio_seconds)
+        return Transcription(name, self.decode_text(result.token_ids), result, segments)
+
+    def _segment_text(self, token_ids: Sequence[int]) -> str:
+        """A segment's text as decoded, its leading space kept, so that the segments join into the text."""
+        return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
 
 def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioError:

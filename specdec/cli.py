@@ -20,6 +20,7 @@ import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from specdec.api import SpeculativeWhisper, Transcription  # noqa: E402
 from specdec.audio import AudioError, load_audio  # noqa: E402
@@ -27,6 +28,7 @@ from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
 from specdec.streaming.playback import StreamSummary, stream_audio, summarise  # noqa: E402
 from specdec.streaming.session import StreamOptions, Update  # noqa: E402
+from specdec.subtitles import FORMATS  # noqa: E402
 from specdec.trace import DecodeResult, Step  # noqa: E402
 from specdec.whisper.models import PairError  # noqa: E402
 
@@ -63,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     convert.set_defaults(command=_import_ct2)
 
     transcribe = commands.add_parser("transcribe", help="transcribe audio files with speculative decoding")
-    transcribe.add_argument("audio", nargs="+", help="audio files (wav, flac, ogg, mp3; any sample rate)")
+    transcribe.add_argument(
+        "audio", nargs="+", help="audio or video files (wav, flac, mp3, m4a, webm, mp4, ...; any sample rate)"
+    )
     _model_arguments(transcribe)
     transcribe.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     transcribe.add_argument("--task", choices=TASKS, default="transcribe")
@@ -89,13 +93,32 @@ def _parser() -> argparse.ArgumentParser:
         help="audio over 30 s: sequential = generate()'s own output (default); chunked = overlapping 30 s "
         "chunks decoded as a batch and merged like transformers' ASR pipeline (faster)",
     )
+    transcribe.add_argument(
+        "--skip-silence",
+        action="store_true",
+        help="audio over 30 s: decode only the speech, long silences skipped (Silero VAD); times stay the "
+        "file's, but the output is no longer generate()'s on the whole file (--compare: the target alone on "
+        "the same speech)",
+    )
     transcribe.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
     transcribe.add_argument("--json", action="store_true", help="one JSON object per file per line")
+    transcribe.add_argument(
+        "--output-format",
+        choices=(*FORMATS, "all"),
+        default=None,
+        help="also write each file's transcript as AUDIO_NAME.txt/.srt/.vtt/.json (srt, vtt, all: with "
+        "--timestamps; json: text, segments and the full trace)",
+    )
+    transcribe.add_argument(
+        "--output-dir", default=None, help="folder for --output-format files (default: the current folder)"
+    )
     transcribe.set_defaults(command=_transcribe)
 
     stream = commands.add_parser("stream", help="play an audio file as a live stream and transcribe it live")
-    stream.add_argument("audio", help="audio file (wav, flac, ogg, mp3; any sample rate, any length)")
+    stream.add_argument(
+        "audio", help="audio or video file (wav, flac, mp3, m4a, webm, mp4, ...; any sample rate, any length)"
+    )
     stream.add_argument("--chunk", type=float, default=1.0, help="seconds of audio per update (default 1.0)")
     stream.add_argument("--realtime", action="store_true", help="feed chunks at the pace of the audio")
     _model_arguments(stream)
@@ -213,13 +236,18 @@ def _transcribe(args: argparse.Namespace) -> int:
         cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
     )
+    formats = output_formats(args)  # before the models load, so that a bad choice fails at once
     whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
     if args.compare:
         whisper.warm_up()
     exit_code = 0
     for start in range(0, len(args.audio), args.batch_size):
         paths = args.audio[start : start + args.batch_size]
-        long_form = {"long_form": args.long_form, "batch_size": args.batch_size}
+        long_form = {
+            "long_form": args.long_form,
+            "batch_size": args.batch_size,
+            "skip_silence": args.skip_silence,
+        }
         batch = whisper.transcribe_many(paths, options, **long_form, progress=ProgressBar("speculative"))
         baselines = [None] * len(paths)
         if args.compare:
@@ -236,7 +264,31 @@ def _transcribe(args: argparse.Namespace) -> int:
                 else text_report(speculative, baseline)
             )
             sys.stdout.flush()
+            if formats:
+                speculative.save(args.output_dir or ".", formats)
     return exit_code
+
+
+def output_formats(args: argparse.Namespace) -> tuple[str, ...]:
+    """The file formats to write (none without --output-format or --output-dir; "all" by default with
+    --output-dir), refused when they need timestamps or two inputs would write the same file; the
+    folder is made now, so that an unwritable one fails before any decoding."""
+    if args.output_format is None and args.output_dir is None:
+        return ()
+    chosen = args.output_format or "all"
+    formats = FORMATS if chosen == "all" else (chosen,)
+    timed = [name for name in formats if name in ("srt", "vtt")]
+    if timed and not args.timestamps:
+        implied = "" if args.output_format else " (the default with --output-dir)"
+        raise ValueError(f"--output-format {chosen}{implied} needs --timestamps (subtitles need times)")
+    seen: set[str] = set()
+    for path in args.audio:
+        stem = Path(path).stem
+        if stem in seen:
+            raise ValueError(f"two inputs would both write {stem}.{formats[0]}; transcribe them apart")
+        seen.add(stem)
+    Path(args.output_dir or ".").mkdir(parents=True, exist_ok=True)
+    return formats
 
 
 class ProgressBar:

@@ -82,11 +82,11 @@ def test_silence_is_not_decoded_and_invents_no_text(separate_pair):
 
 def test_hypothesis_reuse_needs_fewer_target_passes(shared_pair):
     """Same stream with and without reuse. On random weights a hypothesis repeats only where new audio
-    changes nothing, so the stream ends with a pause that is fed through (energy gate off)."""
+    changes nothing, so the stream ends with a pause that is fed through (energy gate and VAD off)."""
     waveform = np.concatenate([speech()[: 3 * SAMPLE_RATE], np.zeros(3 * SAMPLE_RATE, np.float32)])
     passes = {}
     for reuse in (True, False):
-        options = StreamOptions(language="en", reuse_hypothesis=reuse, silence_dbfs=float("-inf"))
+        options = StreamOptions(language="en", reuse_hypothesis=reuse, silence_dbfs=float("-inf"), vad=False)
         updates = run(StreamSession(shared_pair, options), waveform)
         passes[reuse] = np.mean([update.target_passes for update in updates if update.decoded])
     print(f"target passes per update: reuse {passes[True]:.1f}, draft model alone {passes[False]:.1f}")

@@ -16,7 +16,7 @@ import numpy as np
 import soundfile as sf
 
 from specdec import longform
-from specdec.api import SpeculativeWhisper
+from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import highlight, views
 from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_language, draft_note
 from specdec.app.views import Comparison
@@ -39,11 +39,13 @@ def compare(
     name: str = "audio",
     long_form: str = "sequential",
     progress: Progress | None = None,
+    skip_silence: bool = False,
 ) -> Comparison:
     """Decode a 16 kHz waveform both ways, one run after the other, in the order asked for.
 
     Audio over 30 s is decoded long-form (`long_form`: "sequential" or "chunked"); progress(fraction,
-    message) then follows both runs, the first filling [0, 0.5] and the second [0.5, 1].
+    message) then follows both runs, the first filling [0, 0.5] and the second [0.5, 1]. skip_silence:
+    both runs decode only its speech (`longform.speech`), so they are compared on the same pieces.
     """
     runs = {}
     order = (False, True) if baseline_first else (True, False)
@@ -54,9 +56,10 @@ def compare(
             continue
         report = _part_of(progress, position / 2, 1 / 2, run_name)
         runs[speculative] = whisper.transcribe_long(
-            waveform, options, speculative, name, long_form, progress=report
+            waveform, options, speculative, name, long_form, progress=report, skip_silence=skip_silence
         )
-    return Comparison(runs[False], runs[True], options, baseline_first)
+    speech_only = skip_silence and longform.is_long(waveform)
+    return Comparison(runs[False], runs[True], options, baseline_first, speech_only)
 
 
 def _part_of(progress: Progress | None, start: float, share: float, label: str) -> Progress | None:
@@ -82,6 +85,7 @@ class CompareRequest:
     reference: str = ""
     baseline_first: bool | None = None  # None: alternate (ZeroGPU's worker cannot keep the count)
     long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
+    skip_silence: bool = False  # audio over 30 s: decode only its speech (Silero VAD)
 
     def options(self) -> DecodeOptions:
         """The decoding options, every value checked (API clients can send anything)."""
@@ -116,6 +120,8 @@ class CompareRequest:
             )
 
     def check_long_form(self) -> None:
+        if not isinstance(self.skip_silence, bool):
+            raise UserError(f"skip_silence must be true or false, not {str(self.skip_silence)[:20]!r}.")
         if self.long_form not in longform.LONG_FORM_MODES:
             modes = " or ".join(longform.LONG_FORM_MODES)
             raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
@@ -149,11 +155,11 @@ def compare_clip(
 
     progress (a gr.Progress) follows a long clip window by window or chunk by chunk, both runs."""
     report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
-    whisper, options, waveform = _prepare(store, request, report)
+    whisper, options, waveform = prepare(store, request, report)
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
     comparison = compare(
         whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name,
-        request.long_form, _engine_progress(report),
+        request.long_form, _engine_progress(report), request.skip_silence,
     )  # fmt: skip
     report(DRAWING, desc="Drawing")
     return views.build_view(whisper, comparison, request.reference, len(waveform) / SAMPLE_RATE)
@@ -174,12 +180,13 @@ def _audio_text(waveform: np.ndarray, request: CompareRequest) -> str:
     """The clip's length for the progress bar, and its long-form mode when it has one."""
     seconds = len(waveform) / SAMPLE_RATE
     if longform.is_long(waveform):
-        return f"{seconds:.0f} s, long-form {request.long_form}"
+        skipping = ", long silences skipped" if request.skip_silence else ""
+        return f"{seconds:.0f} s, long-form {request.long_form}{skipping}"
     return f"{seconds:.1f} s"
 
 
-def _prepare(
-    store: ModelStore, request: CompareRequest, report: Report
+def prepare(
+    store: ModelStore, request: CompareRequest, report: Report = _no_report
 ) -> tuple[SpeculativeWhisper, DecodeOptions, np.ndarray]:
     """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
     if not request.audio:
@@ -214,16 +221,8 @@ def transcribe_clip(
 
     Audio over 30 s is decoded long-form (request.long_form), progress following it."""
     report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
-    whisper, options, waveform = _prepare(store, request, report)
-    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
-    name = Path(request.audio).name
-    if longform.is_long(waveform):
-        report_engine = _engine_progress(report, "speculative: ")
-        transcription = whisper.transcribe_long(
-            waveform, options, True, name, request.long_form, progress=report_engine
-        )
-    else:
-        transcription = whisper.transcribe_waveform(waveform, options, name=name)
+    whisper, options, waveform = prepare(store, request, report)
+    transcription = transcribe_speculative(whisper, waveform, options, request, report)
     spans = views.token_spans(whisper, transcription.result)
     stats = {
         "language": transcription.language,
@@ -232,3 +231,20 @@ def transcribe_clip(
         "windows": views.windows(transcription.result),
     }
     return transcription.text, highlight.spans_html(spans), stats
+
+
+def transcribe_speculative(
+    whisper: SpeculativeWhisper,
+    waveform: np.ndarray,
+    options: DecodeOptions,
+    request: CompareRequest,
+    report: Report = _no_report,
+) -> Transcription:
+    """The Transcribe button's decoding of a prepared clip: speculative only, long-form over 30 s."""
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    name = Path(request.audio).name
+    if longform.is_long(waveform):
+        progress = _engine_progress(report, "speculative: ")
+        mode = {"long_form": request.long_form, "skip_silence": request.skip_silence}
+        return whisper.transcribe_long(waveform, options, True, name, progress=progress, **mode)
+    return whisper.transcribe_waveform(waveform, options, name=name)

@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 import soxr
 
+from specdec.app import plots
 from specdec.app.highlight import token_texts
 from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
 from specdec.audio import SAMPLE_RATE, AudioError, to_mono
@@ -136,9 +137,9 @@ class Listener:
     def _feed(self, piece: np.ndarray) -> None:
         with self.work_lock:
             update = self.session.feed(piece)
-        if update.decoded:
-            self.last_decoded = update
+        if update.decoded:  # its delay first: the page reads the updates from another thread
             self.lag_seconds[update.index] = max(self.heard_seconds - update.stream_seconds, 0.0)
+            self.last_decoded = update
 
     def _resample(self, rate: int, samples: np.ndarray) -> np.ndarray:
         mono = to_mono("microphone chunk", samples)
@@ -189,7 +190,8 @@ def hear(listener: Listener, audio) -> bool:
             listener.hear(int(rate), np.asarray(samples))
         except AudioError as error:
             raise UserError(str(error)) from error
-    newest = listener.last_decoded.index if listener.last_decoded else None
+    updates = listener.session.updates
+    newest = updates[-1].index if updates else None  # a chunk without speech is news too: the status
     shown, listener.shown = listener.shown, newest
     return newest != shown
 
@@ -203,7 +205,9 @@ def transcript_html(listener: Listener | None, finished: bool = False) -> str:
     tokenizer = whisper.pair.target.processor.tokenizer
     first_timestamp = timestamp_begin(whisper.pair.target.model.generation_config)
     texts = token_texts(list(update.hypothesis), tokenizer, first_timestamp)
-    committed = len(update.hypothesis) if finished else update.committed_tokens
+    latest = listener.session.updates[-1]  # after the utterance ended, nothing of it is tentative
+    ended = latest.index > update.index and not latest.tentative_text
+    committed = len(update.hypothesis) if finished or ended else update.committed_tokens
     parts = (
         [f'<span class="earlier">{html.escape(update.earlier_text)} </span>'] if update.earlier_text else []
     )
@@ -232,10 +236,13 @@ def legend_html() -> str:
 
 
 def stats_html(listener: Listener | None) -> str:
-    """The latest update's figures and the running medians."""
-    if listener is None or listener.last_decoded is None:
+    """What the latest chunk held (when not speech), the latest update's figures and the running medians."""
+    if listener is None:
         return ""
-    decoded = [update for update in listener.session.updates if update.decoded]
+    heard = activity_html(listener)
+    if listener.last_decoded is None:
+        return heard
+    decoded = [update for update in listener.session.updates if update.index in listener.lag_seconds]
     last = decoded[-1]
     latencies = [update.latency_seconds for update in decoded]
     lags = list(listener.lag_seconds.values())
@@ -243,17 +250,32 @@ def stats_html(listener: Listener | None) -> str:
     sources = ", ".join(
         f"{source} {counts['accepted']}/{counts['drafted']}" for source, counts in last.proposals.items()
     )
-    silent = len(listener.session.updates) - len(decoded)
-    return (
+    rests = [u for u in listener.session.updates if u.chunk_seconds and not u.decoded]  # for want of speech
+    noise = sum(plots.activity(update, listener.options.silence_dbfs) == plots.NOISE for update in rests)
+    return heard + (
         f"<p><b>Update {len(decoded)}</b> at {last.stream_seconds:.1f} s of audio: decoded in "
         f"{1000 * last.latency_seconds:.0f} ms with {last.target_passes} target passes; accepted/drafted "
         f"tokens by source: {sources or 'none'}; "
         f"text {listener.lag_seconds[last.index]:.1f} s behind live.<br>"
         f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
         f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
-        f"{silent} silent chunks not decoded, "
+        f"chunks without speech not decoded: {len(rests) - noise} silent, {noise} of noise; "
         f"{listener.merged} chunks merged into the next update to keep up.</p>{_draft_note(listener)}"
     )
+
+
+def activity_html(listener: Listener) -> str:
+    """While recording, a line when the latest chunk held no speech: noise ignored, or silence."""
+    updates = listener.session.updates
+    if listener.stopped or not updates or updates[-1].speech:
+        return ""
+    latest = updates[-1]
+    if plots.activity(latest, listener.options.silence_dbfs) == plots.NOISE:
+        return (
+            f'<p class="specdec-activity">🔇 Noise without speech ({latest.level_dbfs:.0f} dBFS): ignored, '
+            "nothing decoded.</p>"
+        )
+    return '<p class="specdec-activity">Silence: nothing to decode.</p>'
 
 
 def _draft_note(listener: Listener) -> str:
@@ -263,41 +285,10 @@ def _draft_note(listener: Listener) -> str:
 
 
 def latency_figure(listener: Listener | None) -> go.Figure:
-    """Latency and target passes per update, against the chunk length (text must keep up with audio)."""
-    figure = go.Figure()
-    updates = [update for update in listener.session.updates if update.decoded] if listener else []
-    seconds = [update.stream_seconds for update in updates]
-    figure.add_scatter(
-        x=seconds, y=[1000 * u.latency_seconds for u in updates], mode="lines+markers", name="decode (ms)"
+    """Latency and target passes per update over the stream, shaded by what each chunk held."""
+    if listener is None:
+        return plots.live_figure([], {}, None, 0.0)
+    options = listener.options
+    return plots.live_figure(
+        listener.session.updates, listener.lag_seconds, options.chunk_seconds, options.silence_dbfs
     )
-    figure.add_scatter(
-        x=seconds,
-        y=[1000 * listener.lag_seconds[u.index] for u in updates],
-        mode="lines+markers",
-        name="behind live (ms)",
-        line_dash="dot",
-    )
-    figure.add_bar(
-        x=seconds,
-        y=[u.target_passes for u in updates],
-        name="target passes",
-        yaxis="y2",
-        opacity=0.25,
-        marker_color="#6b7280",
-    )
-    if listener:
-        figure.add_hline(
-            y=1000 * listener.options.chunk_seconds,
-            line_dash="dash",
-            annotation_text="chunk length",
-            annotation_position="top left",  # at the start, clear of the latest updates
-        )
-    figure.update_layout(
-        height=260,
-        margin=dict(l=40, r=40, t=50, b=40),
-        xaxis_title="audio received (s)",
-        yaxis=dict(title="latency (ms)", rangemode="tozero"),
-        yaxis2=dict(title="target passes", overlaying="y", side="right", rangemode="tozero", showgrid=False),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-    )
-    return figure

@@ -1,15 +1,17 @@
-"""Plotly figures of where the time went: token timelines, per-step drafting, time breakdown, and a long
-file's windows (or chunks) along the file."""
+"""Plotly figures of where the time went: token timelines, per-step drafting, time breakdown, a long
+file's windows (or chunks) along the file, and a live stream's updates."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specdec.streaming.session import Update
 from specdec.trace import DecodeResult, Window
 
 BASELINE_COLOUR = "#71717a"
@@ -20,6 +22,8 @@ BREAKDOWN_COLOURS = {"encoder": "#a78bfa", "draft": "#fdba74", "verify": "#2563e
 WINDOW_COLOURS = ("#2563eb", "#f97316")  # alternating, so that overlapping windows and chunks stay apart
 BOUNDARY_COLOUR = "#71717a"
 BOUNDARY_NAME = "window boundary"
+SPEECH, NOISE, SILENCE = "speech", "noise (ignored)", "silence"  # what a live chunk held
+ACTIVITY_COLOURS = {SPEECH: "#86efac", NOISE: "#fca5a5", SILENCE: "#e4e4e7"}
 
 
 def step_tokens(result: DecodeResult) -> list[int]:
@@ -274,3 +278,62 @@ def _layout() -> dict:
         "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
         "legend": {"orientation": "h", "y": -0.25},
     }
+
+
+def activity(update: Update, silence_dbfs: float) -> str:
+    """What a live chunk held: speech, noise (no speech above the energy gate) or silence."""
+    return SPEECH if update.speech else NOISE if update.level_dbfs >= silence_dbfs else SILENCE
+
+
+def live_figure(
+    updates: Sequence[Update], lag_seconds: dict[int, float], chunk_seconds: float | None, silence_dbfs: float
+) -> go.Figure:
+    """A live stream: each decoded update's latency, delay and target passes, against the chunk length
+    (text must keep up with audio), over bands of what the chunks held (speech, noise, silence)."""
+    figure = go.Figure()
+    decoded = [update for update in updates if update.index in lag_seconds]  # the decoded ones, timed
+    seconds = [update.stream_seconds for update in decoded]
+    latencies = [1000 * update.latency_seconds for update in decoded]
+    figure.add_scatter(x=seconds, y=latencies, mode="lines+markers", name="decode (ms)")
+    lags = [1000 * lag_seconds[update.index] for update in decoded]
+    figure.add_scatter(x=seconds, y=lags, mode="lines+markers", name="behind live (ms)", line_dash="dot")
+    passes = [update.target_passes for update in decoded]
+    figure.add_bar(
+        x=seconds, y=passes, name="target passes", yaxis="y2", opacity=0.25, marker_color="#6b7280"
+    )
+    named: set[str] = set()
+    for kind, start, end in _activity_runs(updates, silence_dbfs):  # a shape per run, not per chunk
+        figure.add_vrect(
+            x0=start, x1=end, fillcolor=ACTIVITY_COLOURS[kind], opacity=0.35, layer="below", line_width=0,
+            name=kind, legendgroup=kind, showlegend=kind not in named,
+        )  # fmt: skip
+        named.add(kind)
+    if chunk_seconds is not None:
+        figure.add_hline(
+            y=1000 * chunk_seconds,
+            line_dash="dash",
+            annotation_text="chunk length",
+            annotation_position="top left",  # at the start, clear of the latest updates
+        )
+    figure.update_layout(
+        height=260,
+        margin=dict(l=40, r=40, t=50, b=40),
+        xaxis_title="audio received (s)",
+        yaxis=dict(title="latency (ms)", rangemode="tozero"),
+        yaxis2=dict(title="target passes", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+    )
+    return figure
+
+
+def _activity_runs(updates: Sequence[Update], silence_dbfs: float) -> list[tuple[str, float, float]]:
+    """(what, start, end) in stream seconds: consecutive chunks that held the same, joined."""
+    runs: list[tuple[str, float, float]] = []
+    for update in updates:
+        if not update.chunk_seconds:
+            continue
+        kind, start = activity(update, silence_dbfs), update.stream_seconds - update.chunk_seconds
+        if runs and runs[-1][0] == kind:
+            start = runs.pop()[1]
+        runs.append((kind, start, update.stream_seconds))
+    return runs

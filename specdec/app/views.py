@@ -26,6 +26,7 @@ class Comparison:
     speculative: Transcription
     options: DecodeOptions
     baseline_first: bool  # the target alone ran first
+    speech_only: bool = False  # long silences skipped: both runs decoded the same speech pieces only
 
     @property
     def identical(self) -> bool:
@@ -137,6 +138,12 @@ def wer_html(reference: str, comparison: Comparison) -> str:
 
 def verdict(comparison: Comparison) -> tuple[str, bool]:
     """A one-line verdict on the outputs and whether it is good news."""
+    if comparison.identical and comparison.speech_only:
+        return (
+            "Identical: the speculative output is token for token the target's own on the same speech "
+            "(long silences skipped in both runs, so not generate()'s output on the whole file).",
+            True,
+        )
     if comparison.identical:
         return "Identical: the speculative output is token for token the target's own output.", True
     if comparison.options.sampling:
@@ -203,6 +210,7 @@ def details(view: CompareView) -> dict:
         "language": comparison.speculative.result.language,
         "note": view.note,
         "baseline_first": comparison.baseline_first,
+        "speech_only": comparison.speech_only,
         "decode_speedup": comparison.decode_speedup,
         "baseline": comparison.baseline.result.stats(),
         "speculative": comparison.speculative.result.stats(),

@@ -155,6 +155,17 @@ def merge_chunks(
     return pieces
 
 
+def _moved(piece: Piece, seconds: float, chunks: int) -> Piece:
+    """A piece `seconds` later in the file, its tokens' chunks numbered `chunks` later."""
+    if not seconds and not chunks:
+        return piece
+    start, end = (
+        None if t is None else round(t + seconds, 2) for t in (piece.start_seconds, piece.end_seconds)
+    )
+    tokens = tuple((token, (chunk + chunks, index)) for token, (chunk, index) in piece.tokens)
+    return Piece(start, end, tokens)
+
+
 def _last_timestamp(ids: Sequence[int], timestamp_begin: int, right_stride_start: float) -> int | None:
     """The first timestamp token (from the end) that `_decode_asr` skips as lying in the right stride."""
     last = None
@@ -173,20 +184,34 @@ def decode_chunked(
     speculative: bool = True,
     batch_size: int = CHUNK_BATCH_SIZE,
     progress: Progress | None = None,
+    spans: Sequence[tuple[int, int]] | None = None,
 ) -> DecodeResult:
     """A long 16 kHz waveform in overlapping chunks, batch_size of them decoded together, merged into one
     result: token_ids are the merged text tokens; with timestamps, segments carry file-relative times.
 
     The trace holds every chunk's windows (Window.chunk, start_seconds in the file), tokens and steps;
-    a token's `kept` says whether it is in the merged transcript.
+    a token's `kept` says whether it is in the merged transcript. spans: (start, stop) samples to
+    decode, each chunked and merged on its own (default: the whole file); the rest is not decoded.
     """
     clock = Clock()
-    chunks = plan_chunks(len(waveform))
+    planned = [
+        [
+            dataclasses.replace(chunk, start=start + chunk.start, stop=start + chunk.stop)
+            for chunk in plan_chunks(stop - start)
+        ]
+        for start, stop in ([(0, len(waveform))] if spans is None else spans)
+    ]
+    chunks = [chunk for span_chunks in planned for chunk in span_chunks]
     results = decode_chunks(pair, waveform, chunks, options, speculative, batch_size, progress, clock)
     tokenizer = pair.target.processor.tokenizer
     config = pair.target.model.generation_config
-    ids = [result.token_ids for result in results]
-    pieces = merge_chunks(ids, chunks, timestamp_begin(config), set(tokenizer.all_special_ids))
+    pieces, done = [], 0
+    for span_chunks in planned:  # a span's chunks merge alone; its times move to where it lies in the file
+        ids = [result.token_ids for result in results[done : done + len(span_chunks)]]
+        offset = span_chunks[0].start_seconds if span_chunks else 0.0
+        found = merge_chunks(ids, span_chunks, timestamp_begin(config), set(tokenizer.all_special_ids))
+        pieces += [_moved(piece, offset, done) for piece in found]
+        done += len(span_chunks)
     merged = _combine(results, chunks, pieces, options.timestamps)
     return dataclasses.replace(merged, total_seconds=clock.seconds())
 

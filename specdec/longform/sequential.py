@@ -42,8 +42,7 @@ def decode_sequential(
 
     The result's windows are its segments' seek table; tokens and steps name their window.
     """
-    if getattr(pair.target.model.generation_config, "condition_on_prev_tokens", False):
-        raise ValueError("long-form decoding does not condition on previous segments; unset it in the config")
+    check_config(pair)
     features = pair_features(pair, waveform, speculative, long=True)
     seconds = len(waveform) / SAMPLE_RATE
 
@@ -55,3 +54,9 @@ def decode_sequential(
     options = dataclasses.replace(options, timestamps=True)
     (result,) = decode_clips(pair, [features], options, speculative, on_window=on_window)
     return result
+
+
+def check_config(pair: ModelPair) -> None:
+    """Refuse a generation config that asks for what this long-form decoding does not do."""
+    if getattr(pair.target.model.generation_config, "condition_on_prev_tokens", False):
+        raise ValueError("long-form decoding does not condition on previous segments; unset it in the config")

@@ -6,7 +6,12 @@ is committed; committed text only grows. Once the buffer is longer than `trim_se
 end of the last committed segment, so the window stays under 30 s. The previous hypothesis drafts for
 free (`engine.drafters.PreviousHypothesis`); each update's output is still the target's own on that
 buffer.
-Silent chunks are not decoded (an RMS energy gate), so no text is invented on silence.
+
+Only chunks with speech are decoded, so no text is invented on silence, noise or music: Silero VAD
+(`specdec.vad.SpeechDetector`) follows the speech chunk by chunk, after an RMS energy gate that spares it
+the quiet chunks. Where an utterance ends (no speech for `pause_seconds`), its last hypothesis is
+committed and the buffer cut; nothing is decoded until speech starts again, and the next utterance is
+decoded with the audio just before it and the committed text as its prompt.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from specdec.engine.drafters import Drafter, PreviousHypothesis, common_length
 from specdec.engine.state import Row
 from specdec.options import DecodeOptions
 from specdec.trace import ACCEPTED, DecodeResult
+from specdec.vad import Activity, SpeechDetector, rms_dbfs
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
 
 TARGET_SOURCE = "target"  # a token's source: the target's own (correction, bonus, or no proposal)
@@ -32,7 +38,11 @@ class StreamOptions:
     chunk_seconds: float = 1.0  # audio per update
     trim_seconds: float = 15.0  # past this, cut the buffer at the end of the last committed segment
     max_buffer_seconds: float = 27.0  # past this, commit the hypothesis and cut anyway (window < 30 s)
-    silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not decoded
+    silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not speech (the VAD does not run)
+    vad: bool = True  # Silero VAD decides what is speech (off: every chunk above silence_dbfs is speech)
+    vad_threshold: float = 0.5  # a 32 ms window is speech from this probability on
+    pause_seconds: float = 0.5  # no speech for this long ends an utterance: committed, the buffer cut
+    preroll_seconds: float = 0.5  # audio before the speech kept in front of the next utterance
     reuse_hypothesis: bool = True  # the previous hypothesis drafts first
     use_draft: bool = True  # the draft model drafts where the hypothesis cannot
     language: str | None = None  # None: detected by the target on the first decoded buffer
@@ -47,7 +57,7 @@ class Update:
 
     index: int
     stream_seconds: float  # audio received so far
-    decoded: bool  # False when the energy gate skipped the chunk
+    decoded: bool  # False for a chunk without speech: nothing new to decode
     committed_text: str
     tentative_text: str
     latency_seconds: float  # from the chunk's arrival to the text being ready
@@ -60,6 +70,9 @@ class Update:
     token_sources: tuple[str, ...] = ()  # per hypothesis token: reused, draft or target
     proposals: dict = field(default_factory=dict)  # source -> {"drafted": n, "accepted": n}
     result: DecodeResult | None = None
+    chunk_seconds: float = 0.0  # audio this update heard (0: the final stop)
+    speech: bool = False  # some of it was speech (the VAD's verdict; the energy gate's with it off)
+    level_dbfs: float = float("-inf")  # its RMS level
 
     @property
     def target_passes(self) -> int:
@@ -76,30 +89,41 @@ class StreamSession:
 
     def clear(self) -> None:
         """Forget all audio and text."""
-        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer = np.zeros(0, dtype=np.float32)  # the current utterance's audio (empty between them)
+        self.preroll = np.zeros(0, dtype=np.float32)  # the latest audio without speech
         self.stream_seconds = 0.0
         self.buffer_start_seconds = 0.0  # stream time of buffer[0]
         self.archived_ids: list[int] = []  # committed text tokens of audio already cut from the buffer
         self.committed: list[int] = []  # committed hypothesis tokens of the current buffer
         self.hypothesis: list[int] = []  # the last hypothesis on the current buffer
         self.language: str | None = self.options.language
-        self.speech_pending = False
+        self.detector = SpeechDetector(self.options.vad_threshold, self.options.pause_seconds)
         self.updates: list[Update] = []
 
     def feed(self, chunk: np.ndarray) -> Update:
-        """Append 16 kHz mono float32 audio, decode the buffer unless silent, commit, maybe trim."""
+        """Append 16 kHz mono float32 audio; on speech, decode the buffer and commit what two hypotheses
+        agree on; where the utterance ends, commit the rest of it and cut the buffer."""
         arrived = time.perf_counter()
+        chunk_start = self.stream_seconds
         self.stream_seconds += len(chunk) / SAMPLE_RATE
-        silent = rms_dbfs(chunk) < self.options.silence_dbfs
-        if silent and not self.speech_pending:
-            if not self.committed and not self.hypothesis:
-                self.buffer = np.zeros(0, dtype=np.float32)  # nothing said yet: keep no silence
-                self.buffer_start_seconds = self.stream_seconds
-            else:
+        level = rms_dbfs(chunk)
+        activity = self._activity(chunk, level)
+        heard = {"chunk_seconds": len(chunk) / SAMPLE_RATE, "speech": activity.speech, "level_dbfs": level}
+        if len(self.buffer) and not activity.speech:
+            full = len(self.buffer) + len(chunk) > self.options.max_buffer_seconds * SAMPLE_RATE
+            if activity.ongoing and not full:  # a pause within the utterance, too short to end it
                 self.buffer = np.concatenate([self.buffer, chunk])
-            return self._record(arrived, decoded=False)
+                return self._record(arrived, decoded=False, **heard)
+            self._end_utterance()  # its speech ended in the last chunk, whose hypothesis holds it all
+        if not activity.speech:  # no speech, none pending: rest, keeping the latest audio for what comes
+            heard_before = np.concatenate([self.preroll, chunk])
+            self.preroll = heard_before[max(len(heard_before) - self._preroll_samples, 0) :]
+            self.buffer_start_seconds = self.stream_seconds
+            return self._record(arrived, decoded=False, **heard)
+        if not len(self.buffer):  # an utterance begins, with the audio just before it
+            self.buffer, self.preroll = self.preroll, np.zeros(0, dtype=np.float32)
+            self.buffer_start_seconds = chunk_start - len(self.buffer) / SAMPLE_RATE
         self.buffer = np.concatenate([self.buffer, chunk])
-        self.speech_pending = not silent  # decode once more on the first silent chunk, then rest
         decoded_from = {
             "buffer_start_seconds": self.buffer_start_seconds,
             "prompt_ids": self._prompt_ids(),
@@ -110,15 +134,16 @@ class StreamSession:
         agreed = common_prefix(previous, self.hypothesis)
         if len(agreed) > len(self.committed) and agreed[: len(self.committed)] == self.committed:
             self.committed = agreed
-        committed_tokens = len(self.committed)
-        self._trim(result)
-        return self._record(arrived, True, result, committed_tokens=committed_tokens, **decoded_from)
+        if activity.ongoing:
+            committed_tokens = len(self.committed)
+            self._trim(result)
+        else:
+            committed_tokens = self._end_utterance()
+        return self._record(arrived, True, result, committed_tokens=committed_tokens, **decoded_from, **heard)
 
     def finish(self) -> Update:
         """Stop: commit the last hypothesis as it stands."""
-        if self.hypothesis[: len(self.committed)] == self.committed:
-            self.committed = list(self.hypothesis)
-        self.speech_pending = False
+        self._commit_hypothesis()
         return self._record(time.perf_counter(), decoded=False)
 
     @property
@@ -145,6 +170,27 @@ class StreamSession:
         self.language = self.language or result.language
         return result
 
+    def _activity(self, chunk: np.ndarray, level: float) -> Activity:
+        """Speech or not: a chunk under the energy gate is not, without running the VAD; the VAD (when
+        on) decides the others, else each is speech."""
+        if level < self.options.silence_dbfs:
+            return self.detector.skip(len(chunk)) if self.options.vad else Activity(False, False)
+        return self.detector.hear(chunk) if self.options.vad else Activity(True, True)
+
+    def _end_utterance(self) -> int:
+        """The utterance is over, and what was heard of it will not change: commit its last hypothesis and
+        cut the whole buffer. Returns how many of the hypothesis' tokens are committed."""
+        self._commit_hypothesis()
+        committed_tokens = len(self.committed)
+        self._cut(committed_tokens, len(self.buffer))
+        self.hypothesis = []  # a hypothesis that did not extend the committed tokens goes with its audio
+        return committed_tokens
+
+    def _commit_hypothesis(self) -> None:
+        """Commit the last hypothesis where it extends the committed tokens."""
+        if self.hypothesis[: len(self.committed)] == self.committed:
+            self.committed = list(self.hypothesis)
+
     def _prompt_ids(self) -> tuple[int, ...]:
         return tuple(self._text_ids(self.archived_ids)[-self.options.max_prompt_tokens :])
 
@@ -166,15 +212,17 @@ class StreamSession:
         if cut is None and buffer_seconds > self.options.max_buffer_seconds:
             # forced, so that the window stays under 30 s: commit the hypothesis where it extends the
             # committed tokens, and cut at its last segment end, else at the end of the buffer
-            if self.hypothesis[: len(self.committed)] == self.committed:
-                self.committed = list(self.hypothesis)
+            self._commit_hypothesis()
             ends = last_segment_end(self.committed, windows, self._timestamp_begin)
             cut = ends or (len(self.committed), buffer_seconds)
         if cut is None:
             return
         end, seconds = cut
         # a segment's end timestamp can lie past the audio heard so far: cut no further than the buffer
-        samples = min(int(seconds * SAMPLE_RATE), len(self.buffer))
+        self._cut(end, min(int(seconds * SAMPLE_RATE), len(self.buffer)))
+
+    def _cut(self, end: int, samples: int) -> None:
+        """Archive the first `end` committed tokens and cut their `samples` from the buffer."""
         self.archived_ids += self._text_ids(self.committed[:end])
         offset = round(samples / SAMPLE_RATE / TIMESTAMP_SECONDS)
         # the uncommitted rest, in the trimmed buffer's time: the next agreement's partner and draft
@@ -182,6 +230,10 @@ class StreamSession:
         self.committed = []
         self.buffer = self.buffer[samples:]
         self.buffer_start_seconds += samples / SAMPLE_RATE
+
+    @property
+    def _preroll_samples(self) -> int:
+        return round(self.options.preroll_seconds * SAMPLE_RATE)
 
     @property
     def _timestamp_begin(self) -> int:
@@ -215,14 +267,6 @@ class StreamSession:
         )
         self.updates.append(update)
         return update
-
-
-def rms_dbfs(chunk: np.ndarray) -> float:
-    """Root-mean-square level in dB relative to full scale (-inf for digital silence)."""
-    if len(chunk) == 0:
-        return float("-inf")
-    rms = float(np.sqrt(np.mean(np.square(chunk, dtype=np.float64))))
-    return 20 * np.log10(rms) if rms > 0 else float("-inf")
 
 
 def common_prefix(first: list[int], second: list[int]) -> list[int]:

@@ -1,0 +1,190 @@
+"""OpenAI's transcription request and answer in the page's terms: the form's fields checked into the
+page's Transcribe request, the job that decodes it, and the answer in each response format
+(`app.openai_api` serves them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.datastructures import FormData
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+from specdec.api import SpeculativeWhisper, Transcription
+from specdec.app import compare
+from specdec.app.store import ModelStore, chosen_language
+from specdec.audio import SAMPLE_RATE
+
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
+DEFAULT_MODEL = "whisper-1"  # OpenAI's model name, taken as the server's default pair
+MAX_PROMPT_TOKENS = 223  # Whisper's limit for the previous text (half its context, less one)
+
+
+@dataclass
+class ApiError(Exception):
+    """An answer other than a transcript: the HTTP status and OpenAI's error object."""
+
+    status: int
+    message: str
+    param: str | None = None  # the form field at fault
+    code: str | None = None
+    kind: str = "invalid_request_error"  # the error object's `type`
+    headers: dict[str, str] | None = None
+
+    def response(self) -> JSONResponse:
+        error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+        return JSONResponse({"error": error}, self.status, self.headers)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A transcription request's form fields, checked, as the page's Transcribe job takes them."""
+
+    model: str  # as the client named it
+    request: compare.CompareRequest  # the page's own request: the pair's label, the audio file, options
+    response_format: str
+    prompt: str  # previous text, conditioning the first window (OpenAI's `prompt`)
+    check: bool  # compare=true: also decode with the target alone and say whether the outputs are identical
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The job's result: the speculative transcript, and the target alone's when asked to check."""
+
+    speculative: Transcription
+    seconds: float  # the clip's length
+    baseline: Transcription | None = None  # the target alone on the same clip, when asked to check
+
+
+def model_ids(store: ModelStore) -> dict[str, str]:
+    """Each pair's public id -> its label in the store: "target+draft" ("base+tiny.en"), a local folder
+    by its own name, so that no server path shows."""
+    ids: dict[str, str] = {}
+    for label, names in store.pairs.items():
+        ids.setdefault("+".join(Path(name).name if Path(name).exists() else name for name in names), label)
+    return ids
+
+
+def asked(form: FormData, store: ModelStore, audio: str) -> Asked:
+    """The form's fields, checked (ApiError), as the page's request for the uploaded file at `audio`."""
+    model = _text(form, "model")
+    if not model:
+        raise ApiError(400, "Name a model: one of GET /v1/models.", "model")
+    label = store.default_pair if model == DEFAULT_MODEL else model_ids(store).get(model)
+    if label is None:
+        known = ", ".join(model_ids(store))
+        message = f"The model {model[:100]!r} does not exist here; choose one of: {known}."
+        raise ApiError(404, message, "model", "model_not_found")
+    response_format = _text(form, "response_format") or "json"
+    if response_format not in RESPONSE_FORMATS:
+        formats = ", ".join(RESPONSE_FORMATS)
+        raise ApiError(400, f"response_format must be one of {formats}.", "response_format")
+    if set(form.getlist("timestamp_granularities[]")) - {"segment"}:
+        raise ApiError(400, "Only segment timestamps are available.", "timestamp_granularities[]")
+    if _flag(form, "stream"):
+        raise ApiError(400, "Streaming is not available; the answer comes whole.", "stream")
+    language = _text(form, "language") or "auto"
+    try:
+        chosen_language(language)
+    except ValueError as error:  # UserError too
+        raise ApiError(400, str(error), "language") from None
+    request = compare.CompareRequest(
+        audio=audio, pair=label, language=language, timestamps=response_format in TIMED_FORMATS,
+        temperature=_temperature(form),
+    )  # fmt: skip
+    return Asked(model, request, response_format, _text(form, "prompt"), _flag(form, "compare"))
+
+
+def _text(form: FormData, field: str) -> str:
+    value = form.get(field)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, f"{field} must be a text field, not a file.", field)
+    return (value or "").strip()
+
+
+def _flag(form: FormData, field: str) -> bool:
+    value = _text(form, field).lower()
+    if value not in ("", "true", "false", "1", "0"):
+        raise ApiError(400, f"{field} must be true or false.", field)
+    return value in ("true", "1")
+
+
+def _temperature(form: FormData) -> float:
+    try:
+        temperature = float(_text(form, "temperature") or 0)
+    except ValueError:
+        temperature = math.nan
+    if not 0 <= temperature <= 1:  # NaN too
+        raise ApiError(400, "temperature must be a number from 0 to 1.", "temperature")
+    return temperature
+
+
+def transcribe(store: ModelStore, asked: Asked) -> Answer:
+    """The job (in the jobs' worker thread, holding the models): the page's Transcribe decoding, and with
+    `check` its Compare decoding (both runs, in alternating order)."""
+    request = asked.request
+    whisper, options, waveform = compare.prepare(store, request)
+    if asked.prompt:
+        options = dataclasses.replace(options, prompt_ids=_prompt_ids(whisper, asked.prompt))
+    seconds = len(waveform) / SAMPLE_RATE
+    if not asked.check:
+        return Answer(compare.transcribe_speculative(whisper, waveform, options, request), seconds)
+    name, first = Path(request.audio).name, store.next_baseline_first()
+    both = compare.compare(whisper, waveform, options, first, name, request.long_form)
+    return Answer(both.speculative, seconds, both.baseline)
+
+
+def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
+    """The previous text as target ids (its last MAX_PROMPT_TOKENS), as Whisper's prompt takes it."""
+    tokenizer = whisper.pair.target.processor.tokenizer
+    return tuple(tokenizer.encode(" " + prompt, add_special_tokens=False)[-MAX_PROMPT_TOKENS:])
+
+
+def response(asked: Asked, answer: Answer) -> Response:
+    """The answer in the response format asked for (srt and vtt from `Transcription`'s own writers)."""
+    transcription = answer.speculative
+    if asked.response_format == "json":
+        return JSONResponse({"text": transcription.text})
+    if asked.response_format == "text":
+        return PlainTextResponse(transcription.to_text())
+    if asked.response_format == "srt":
+        return PlainTextResponse(transcription.to_srt())
+    if asked.response_format == "vtt":
+        return PlainTextResponse(transcription.to_vtt(), media_type="text/vtt")
+    return JSONResponse(_verbose(asked, answer))
+
+
+def _verbose(asked: Asked, answer: Answer) -> dict:
+    """OpenAI's verbose_json (what the decoding does not measure is null), and the speculative decoding's
+    statistics beside it."""
+    transcription, result, baseline = answer.speculative, answer.speculative.result, answer.baseline
+    segments = [
+        {"id": index, "seek": None, "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text,
+         "tokens": list(cue.token_ids), "temperature": asked.request.temperature, "avg_logprob": None,
+         "compression_ratio": None, "no_speech_prob": None}
+        for index, cue in enumerate(transcription.segments or ())
+    ]  # fmt: skip
+    # unchecked, the target alone's passes are one per token, as its own decoding makes them
+    baseline_passes = baseline.result.num_target_passes if baseline else result.num_generated
+    speculative = {
+        "model": asked.model,
+        "acceptance_rate": result.acceptance_rate,
+        "tokens_per_target_pass": result.tokens_per_pass,
+        "target_passes": result.num_target_passes,
+        "target_passes_saved": baseline_passes - result.num_target_passes,
+        "decode_seconds": result.decode_seconds,
+        "identical_to_target": baseline.token_ids == transcription.token_ids if baseline else None,
+    }
+    return {
+        "task": asked.request.task,
+        "language": LANGUAGES.get(transcription.language, transcription.language),
+        "duration": round(answer.seconds, 3),
+        "text": transcription.text,
+        "segments": segments,
+        "speculative": speculative,
+    }

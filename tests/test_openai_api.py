@@ -1,0 +1,186 @@
+"""The OpenAI-compatible endpoint beside the page (`app.openai_api`), served in-process on the demo models
+as `python app.py` serves it (with an API key), and driven over loopback with the official `openai`
+client: every response format, the error objects, the shared queue, and a client that disconnects.
+
+Timings are never asserted: "stopped" is read from the engine's step counter (`engine.cancel.checks`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+import srt
+import webvtt
+from gradio_client import Client, handle_file
+
+import app
+from specdec.app import store as stores
+from specdec.engine import cancel
+
+CLIP = Path(__file__).parent.parent / "assets" / "en-fellow-americans.wav"  # the cheapest on the demo pair
+SECONDS = 6.928  # the clip's length, to the millisecond
+SHARED_DRAFT = list(stores.DEMO_PAIRS)[1]  # the page's label
+MODEL = "target+draft-shared"  # the same pair's id on the API
+KEY = "test-key"
+MAX_WAITING = 2  # jobs in the line for the models before the API answers 429
+
+
+@pytest.fixture(scope="module")
+def server(demo_models) -> str:
+    """app.py's page and API on the demo models, on a free port; the app's served store is restored after."""
+    store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
+    store.whisper(SHARED_DRAFT)
+    served = dict(app.STORES), dict(app.JOBS)  # the session's shared page (conftest's app_url) comes back
+    demo = app.build_demo(store, app.banner_html(store, demo_mode=True, load_error=None))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    demo.queue(max_size=MAX_WAITING, default_concurrency_limit=1)
+    routes = app.api_routes(KEY, MAX_WAITING)
+    demo.launch(
+        server_port=port, prevent_thread_lock=True, max_file_size=app.MAX_FILE_SIZE, css=app.CSS,
+        app_kwargs={"routes": routes},
+    )  # fmt: skip
+    yield f"http://127.0.0.1:{port}"
+    demo.close()
+    app.STORES.update(served[0])
+    app.JOBS.update(served[1])
+
+
+def api(server: str, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=key, max_retries=0)
+
+
+def transcribe(server: str, **options) -> object:
+    with CLIP.open("rb") as audio:
+        return api(server).audio.transcriptions.create(model=MODEL, file=audio, language="en", **options)
+
+
+@pytest.fixture(scope="module")
+def page_text(server) -> str:
+    """The page's Transcribe button on the same clip and options, through gradio_client (no key: the page
+    stays as configured)."""
+    return Client(server + "/", verbose=False).predict(
+        handle_file(str(CLIP)), SHARED_DRAFT, "en", api_name="/transcribe"
+    )[0]
+
+
+def test_models_lists_the_pairs_by_name(server):
+    models = api(server).models.list().data
+    assert {model.id for model in models} == {"target+draft-separate", MODEL}
+    assert not any("/" in model.id for model in models)  # local folders by their names, no server path
+
+
+def test_json_and_text_are_the_pages_transcript(server, page_text):
+    assert page_text
+    assert transcribe(server).text == page_text
+    assert transcribe(server, response_format="text") == page_text + "\n"
+
+
+def test_srt_and_vtt_parse_into_cues_within_the_clip(server):
+    cues = list(srt.parse(transcribe(server, response_format="srt")))
+    assert cues and all(0 <= c.start.total_seconds() <= c.end.total_seconds() <= SECONDS for c in cues)
+    captions = webvtt.from_buffer(io.StringIO(transcribe(server, response_format="vtt")))
+    assert [caption.text for caption in captions] == [cue.content for cue in cues]
+
+
+def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
+    check = {"compare": "true"}  # specdec's own field: decode with the target alone too, and compare
+    answer = transcribe(
+        server, response_format="verbose_json", timestamp_granularities=["segment"], extra_body=check
+    )
+    assert (answer.language, answer.duration) == ("english", SECONDS)
+    assert answer.segments and "".join(segment.text for segment in answer.segments).strip() == answer.text
+    assert all(segment.start <= segment.end <= SECONDS for segment in answer.segments)
+    statistics = answer.model_extra["speculative"]
+    assert statistics["identical_to_target"] is True  # checked: the target alone ran too
+    assert 0 < statistics["acceptance_rate"] < 1 and statistics["tokens_per_target_pass"] > 1
+    assert statistics["target_passes_saved"] > 0 and statistics["decode_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "code"),
+    [
+        ("bad-file", 400, "invalid_file"),
+        ("unknown-model", 404, "model_not_found"),
+        ("oversize", 413, "file_too_large"),
+        ("wrong-key", 401, "invalid_api_key"),
+        ("no-key", 401, "invalid_api_key"),
+    ],
+)
+def test_errors_are_openai_error_objects_and_the_server_keeps_serving(server, tmp_path, case, status, code):
+    path = tmp_path / "broken.wav"
+    broken = b"RIFF\x00\x00\x00\x00WAVEfmt garbage"
+    path.write_bytes(bytes(26 * 1024 * 1024) if case == "oversize" else broken)  # the limit is 25 MB
+    model = "whisper-9" if case == "unknown-model" else MODEL
+    headers = {"Authorization": "Bearer nope"} if case == "wrong-key" else {}
+    if case != "no-key":
+        headers.setdefault("Authorization", f"Bearer {KEY}")
+    with path.open("rb") as audio:
+        answer = httpx.post(
+            f"{server}/v1/audio/transcriptions", files={"file": audio}, data={"model": model}, headers=headers
+        )
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
+    assert "Traceback" not in answer.text and str(tmp_path) not in answer.text and "/tmp" not in answer.text
+    if case == "bad-file":
+        assert "broken.wav" in error["message"] and error["param"] == "file"
+    assert api(server).models.list().data  # still serving
+
+
+def test_ten_concurrent_requests_are_answered_or_told_to_retry(server, page_text):
+    serial = page_text  # the API's own serial answer too (test_json_and_text_are_the_pages_transcript)
+
+    def one_client(_: int) -> str | openai.RateLimitError:
+        try:
+            return transcribe(server).text
+        except openai.RateLimitError as error:
+            return error
+
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(one_client, range(10)))
+    answered = [answer for answer in answers if isinstance(answer, str)]
+    refused = [answer for answer in answers if not isinstance(answer, str)]
+    print(f"10 concurrent requests: {len(answered)} answered, {len(refused)} told to retry")
+    assert answered and all(answer == serial for answer in answered)
+    assert len(answered) + len(refused) == 10
+    assert all(e.status_code == 429 and e.response.headers["retry-after"] for e in refused)
+    assert all(e.body["code"] == "queue_full" for e in refused)
+    assert app.JOBS["served"].running() == 0
+
+
+def test_a_client_that_disconnects_has_its_decoding_stopped(server, tmp_path):
+    rng = np.random.default_rng(3)  # a minute of noise bursts: long-form, seconds of decoding
+    samples = rng.standard_normal(60 * 16_000) * (np.arange(60 * 16_000) % 8000 < 3000) * 0.2
+    sf.write(tmp_path / "minute.wav", samples.astype(np.float32), 16_000)
+    audio, key = (tmp_path / "minute.wav").read_bytes(), {"Authorization": f"Bearer {KEY}"}
+    url = f"{server}/v1/audio/transcriptions"
+    request = httpx.Request(
+        "POST", url, data={"model": MODEL}, files={"file": ("minute.wav", audio)}, headers=key
+    )
+    head = f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: {request.url.netloc.decode()}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in request.headers.items() if name != "host")
+    start = cancel.checks()
+    with socket.create_connection((request.url.host, request.url.port)) as client:
+        client.sendall(head.encode() + b"\r\n" + request.read())
+        deadline = time.monotonic() + 60
+        while cancel.checks() == start:
+            assert time.monotonic() < deadline, "the request never started decoding"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while app.JOBS["served"].running():  # found gone at the next poll; stopped at the next target pass
+        assert time.monotonic() < deadline, "the decoding of a client that left went on"
+        time.sleep(0.05)
+    before = cancel.checks()
+    time.sleep(1.0)
+    assert cancel.checks() == before
