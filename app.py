@@ -18,6 +18,8 @@ import html
 import logging
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -70,6 +72,9 @@ SKIP_SILENCE_HELP = (
     "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
     "on the whole file, and the badge compares with the target alone on the same speech"
 )
+RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
+RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
+RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads
 LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
 UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
 SESSIONS_KEPT = 100  # browser sessions whose last outputs Gradio keeps in memory (its default: 10,000)
@@ -437,15 +442,29 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 def _take_chunk(path: str | None) -> tuple[int, np.ndarray] | None:
     """A streamed microphone chunk as (rate, samples), its file deleted at once: the browser uploads every
     chunk (~2 a second) as a file, which would otherwise stay in the upload cache for delete_cache's age
-    (Gradio's own upload of a chunk, when it is not the file handed over, still waits for that age)."""
+    (Gradio's own upload of a chunk, when it is not the file handed over, still waits for that age).
+
+    Gradio names a cached upload by its content's hash and does not write a file it has cached before,
+    so a chunk equal to an earlier one (digital silence, a looped clip) arrives under the path of a file
+    already deleted here: the last chunks read are kept by path for that case."""
     if path is None:
         return None
+    with RECENT_CHUNKS_LOCK:
+        seen = RECENT_CHUNKS.get(path)
+    if seen is not None:
+        _delete_upload(path)
+        return seen
     try:
         samples, rate = sf.read(path, dtype="int16")
     except (sf.SoundFileError, RuntimeError, OSError) as error:
-        raise user_error(UserError(f"Microphone stream: unreadable chunk ({error})")) from None
+        reason = str(error).replace(path, Path(path).name)  # no server path in what the page shows
+        raise user_error(UserError(f"Microphone stream: unreadable chunk ({reason})")) from None
     finally:
         _delete_upload(path)
+    with RECENT_CHUNKS_LOCK:
+        RECENT_CHUNKS[path] = rate, samples
+        if len(RECENT_CHUNKS) > RECENT_CHUNKS_KEPT:
+            RECENT_CHUNKS.popitem(last=False)
     return rate, samples
 
 

@@ -1,5 +1,7 @@
-"""Screenshots of a running app for the README and docs: the Compare view on a clip, and the Live view fed
-by Chromium's fake microphone. Uses the system Chromium (Debian's `chromium`) through Playwright.
+"""Screenshots of a running app for the README and docs: the Compare view on a clip (with timestamps, so the
+subtitle downloads show), and the Live view fed by Chromium's fake microphone with noise before and
+after the speech (the VAD's noise bands). Uses the system Chromium (Debian's `chromium`) through
+Playwright.
 
     python app.py &                                   # the real pair on a CPU
     python scripts/screenshots.py http://127.0.0.1:7860/ docs/images
@@ -9,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 from playwright.sync_api import sync_playwright
 
@@ -25,10 +29,12 @@ def compare(browser, url: str, clip: Path, out: Path) -> None:
     page.wait_for_selector("audio, .waveform-container, [data-testid^='waveform-Audio']")
     reference = clip.with_suffix(".txt")
     if reference.exists():
-        page.get_by_label("Reference text (optional, for WER)").fill(reference.read_text().strip())
+        page.get_by_label("Reference text (optional, for WER").fill(reference.read_text().strip())
+    page.get_by_label("Timestamps").check()
     page.click("#run")
     page.wait_for_selector("#tokens .specdec-tokens span", timeout=300_000)
     page.wait_for_selector("#verdict .specdec-verdict")
+    page.wait_for_selector("#download-srt", state="visible")
     page.wait_for_timeout(2_000)  # the plots draw after the tokens
     page.screenshot(path=str(out), full_page=True)
     print(f"{out}: {page.inner_text('#verdict')}")
@@ -59,6 +65,17 @@ def live(browser_type, url: str, clip: Path, out: Path, seconds: float) -> None:
     browser.close()
 
 
+def with_noise(clip: Path, seconds: float, level_dbfs: float = -30.0) -> Path:
+    """The clip with seeded white noise (well above the -45 dBFS silence gate) before and after it, as a
+    16-bit WAV for Chromium's fake microphone."""
+    speech, rate = sf.read(clip, dtype="float32", always_2d=True)
+    noise = np.random.default_rng(0).standard_normal((round(seconds * rate), 1)).astype(np.float32)
+    noise *= 10 ** (level_dbfs / 20) / np.sqrt(np.mean(noise**2))
+    out = Path(tempfile.mkdtemp()) / f"{clip.stem}-noise.wav"
+    sf.write(out, np.concatenate([noise, speech.mean(axis=1, keepdims=True), noise]), rate, subtype="PCM_16")
+    return out
+
+
 def _chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None:
@@ -72,14 +89,16 @@ def main() -> None:
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--clip", type=Path, default=ASSETS / "en-jfk.flac", help="for the Compare view")
     parser.add_argument("--live-clip", type=Path, default=ASSETS / "en-weather.wav", help="a WAV file")
+    parser.add_argument("--noise-seconds", type=float, default=3.0, help="noise around the live clip")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=_chromium(), args=BROWSER_ARGS)
         compare(browser, args.url, args.clip, args.out_dir / "app-compare.png")
         browser.close()
-        seconds = sf.info(args.live_clip).duration + 1.0  # one pass of the clip, then Stop
-        live(driver.chromium, args.url, args.live_clip, args.out_dir / "app-live.png", seconds)
+        live_clip = with_noise(args.live_clip, args.noise_seconds)
+        seconds = sf.info(live_clip).duration + 1.0  # one pass of the clip, then Stop
+        live(driver.chromium, args.url, live_clip, args.out_dir / "app-live.png", seconds)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import concurrent.futures
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -180,3 +181,21 @@ def test_a_soak_of_comparisons_holds_memory_and_disk(client):
     new_files = sum(1 for _ in app.GRADIO_CACHE.rglob("*")) - files
     print(f"5 more comparisons: peak memory +{grown:.0f} MB, {new_files} new files in the upload cache")
     assert grown < 150 and new_files <= 2
+
+
+def test_a_microphone_chunk_equal_to_an_earlier_one_is_not_lost():
+    # Gradio names a cached upload by its content's hash and never rewrites it: the same chunk again
+    # (silence, a looped clip) arrives under the path of the file read and deleted the first time
+    folder = Path(tempfile.mkdtemp(dir=app.GRADIO_CACHE))  # where Gradio puts uploads
+    chunk = folder / "audio.wav"
+    samples = (np.arange(8_000) % 100).astype(np.int16)
+    sf.write(chunk, samples, 16_000)
+    first = app._take_chunk(str(chunk))
+    assert not chunk.exists()  # deleted at once
+    again = app._take_chunk(str(chunk))
+    assert again[0] == first[0] == 16_000 and np.array_equal(again[1], samples)
+    broken = folder / "broken.wav"
+    broken.write_bytes(b"RIFF....not audio")
+    with pytest.raises(Exception, match="unreadable chunk") as refused:
+        app._take_chunk(str(broken))
+    assert str(folder) not in str(refused.value) and not broken.exists()  # no server path for the page
