@@ -71,6 +71,20 @@ def load_audio(
     return _to_whisper_input(name, samples, rate)
 
 
+def recorded_seconds(path: str | os.PathLike) -> float | None:
+    """A file's length as its header or container records it, without decoding it; None where it is not
+    recorded or the file cannot be opened (decoding then says why)."""
+    try:
+        return sf.info(str(path)).duration
+    except (sf.SoundFileError, RuntimeError, OSError):
+        pass
+    try:
+        with media.first_audio_stream(str(path)) as stream:
+            return stream.seconds
+    except media.MediaError:
+        return None
+
+
 def _read_file(path: Path, max_seconds: float | None) -> np.ndarray:
     """Decode a file with soundfile, or with ffmpeg when soundfile cannot open it, checking its length
     from the header first."""

@@ -14,7 +14,7 @@ import soundfile as sf
 import soxr
 
 from specdec import media
-from specdec.audio import SAMPLE_RATE, AudioError, load_audio
+from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 
 SPEECH = Path(__file__).parent.parent / "assets" / "en-jfk.flac"
 SECONDS = 2.0
@@ -204,3 +204,10 @@ def test_a_playlist_is_not_followed(clips, tmp_path):
 def test_the_api_transcribes_an_m4a(separate_pair, clips):
     (transcription,) = separate_pair.transcribe(str(clips["m4a"]), max_tokens=4, return_stats=True)
     assert transcription.audio == str(clips["m4a"]) and transcription.result.token_ids
+
+
+def test_the_recorded_length_is_read_without_decoding(clips, monkeypatch):
+    monkeypatch.setattr(media.AudioStream, "blocks", None)  # decoding would fail
+    assert recorded_seconds(clips["m4a"]) == pytest.approx(SECONDS, abs=0.05)
+    assert recorded_seconds(clips["stereo.wav"]) == pytest.approx(SECONDS, abs=0.05)
+    assert recorded_seconds(clips["live-webm"]) is None and recorded_seconds(clips["no-audio"]) is None

@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 
 from specdec import longform
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import highlight, views
 from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_language, draft_note
 from specdec.app.views import Comparison
-from specdec.audio import SAMPLE_RATE, AudioError, load_audio
+from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
 from specdec.options import DecodeOptions
 
@@ -141,10 +140,9 @@ def checked_seed(seed: object) -> int | None:
 def gpu_seconds(request: CompareRequest, progress: object = None) -> int:
     """ZeroGPU's time limit for one request (`spaces.GPU(duration=...)` calls this with the task's
     arguments): a minute, plus 20 s per minute of audio for the two decodes, at most 5 minutes."""
-    try:
-        seconds = sf.info(request.audio).duration
-    except (TypeError, sf.SoundFileError, RuntimeError, OSError):
-        seconds = 30.0  # the task itself reports the unreadable file
+    seconds = recorded_seconds(request.audio) if request.audio else None
+    if seconds is None:
+        seconds = 30.0  # unreadable (the task itself says why) or no recorded length
     return int(min(60 + seconds / 3, 300))
 
 
