@@ -48,7 +48,7 @@ class Asked:
     model: str  # as the client named it
     request: compare.CompareRequest  # the page's own request: the pair's label, the audio file, options
     response_format: str
-    prompt: str  # previous text, conditioning the first window (OpenAI's `prompt`)
+    prompt: str  # previous text, conditioning every window (OpenAI's `prompt`)
     check: bool  # compare=true: also decode with the target alone and say whether the outputs are identical
 
 
