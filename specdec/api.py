@@ -13,7 +13,8 @@ import torch
 
 from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
-from specdec.engine import kernels
+from specdec.engine import fast_draft, kernels
+from specdec.engine.fast_draft import tune_draft
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
@@ -21,7 +22,7 @@ from specdec.longform.speech import decode_speech
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
-from specdec.whisper.models import ModelPair, load_pair
+from specdec.whisper.models import DraftSettings, ModelPair, load_pair
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
 
 
@@ -107,18 +108,25 @@ class SpeculativeWhisper:
         device: str = "auto",
         dtype: torch.dtype | None = None,
         packed_kernels: bool = True,
+        draft_settings: DraftSettings | None = None,
     ) -> None:
         """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
         the pair. "auto": whisper-base with whisper-tiny.en on a CPU (real weights shipped in packages),
         large-v3 with tiny on a GPU. draft_model=None decodes with the target alone.
 
         packed_kernels: give the models' decoders oneDNN-packed weights (CPU, float32; faster steps, the
-        same output; `engine.kernels.pack`, undone by `kernels.unpack(model)`)."""
+        same output; `engine.kernels.pack`, undone by `kernels.unpack(model)`).
+        draft_settings: how the draft runs (int8, a restricted vocabulary, reading only the audio); never
+        changes the output. None: `fast_draft.CPU_DRAFT` for float32 on a CPU, the plain draft elsewhere;
+        `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`)."""
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
         if packed_kernels:
             for model in (self.pair.target, self.pair.draft):
                 if model is not None:
                     kernels.pack(model.model)
+        if draft_settings is None:
+            draft_settings = fast_draft.default_settings(self.pair.target.model)
+        self.pair = tune_draft(self.pair, draft_settings)
 
     @classmethod
     def from_pair(cls, pair: ModelPair) -> SpeculativeWhisper:

@@ -7,6 +7,7 @@
         acceptance           the rules (greedy, Leviathan et al. rejection sampling): pure tensor code
         cache                each model's decoder with per-row KV caches (feed / roll back / keep rows)
         kernels              packed CPU weights, installed only by an explicit `kernels.pack`
+        fast_draft           a cheaper draft (int8, a restricted vocabulary, audio-only encoding)
 
 The engine imports only `specdec.whisper`, `specdec.options`, `specdec.trace` and `specdec.audio`.
 """

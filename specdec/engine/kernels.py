@@ -1,21 +1,27 @@
-"""Faster CPU matrix products for the decoders: oneDNN-packed float32 weights, used inside our loop only.
+"""Faster CPU matrix products for the decoders: float32 weights in other layouts, used inside our loop only.
 
-A decoder step multiplies a few token vectors by every weight matrix: memory-bound work. PyTorch's
-default CPU path (MKL sgemm on the row-major `nn.Linear` weight) streams a large-v3 decoder's 3.4 GB of
-weights at about half the machine's bandwidth for one token, and twice as slowly again for 2-10 tokens,
-so a verify pass of k+1 tokens cost about two single-token steps. With the weights reordered once into
-oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`), one token takes ~0.6x the time and
-k+1 tokens only ~1.1-1.2x one token (measured on the benchmark machine, see docs/benchmarks.md).
+A decoder step multiplies a few token vectors by every weight matrix: memory-bound work, where the layout
+of the weight decides how close to the machine's bandwidth a product runs. PyTorch's default CPU path
+(MKL on the row-major `nn.Linear` weight, one dot product per output) streams a wide matrix such as the
+output projection at a fraction of the bandwidth, and 2-10 tokens at once cost about as many one-token
+products. So a PackedLinear picks, per call:
+- several tokens (a verify pass of k+1, a prompt): the weight reordered once into oneDNN's blocked layout
+  (`torch.ops.mkldnn._reorder_linear_weight`): k+1 tokens cost ~1.1-2x one token instead of k+1 times;
+- one token, a layer wider than it is deep (the output projection, the MLP's first layer): the weight
+  transposed once, (in, out), so that the product runs along its rows (about 2x faster for the projection
+  on the benchmark machine than either of the other layouts);
+- one token, any other layer: the stock kernel, already the fastest there.
+See docs/benchmarks.md for the measurements.
 
 This changes the model, so it is explicit and reversible: `pack(model)` makes the decoder's `nn.Linear`
 layers (and the output projection) `PackedLinear`, a subclass that keeps its parameters (state dicts,
-tying and `.to()` are unchanged) and a packed copy of the weight (memory: one more copy of the
-decoder's weights); `unpack(model)` makes them `nn.Linear` again. `SpeculativeWhisper` packs the models
-it loads itself; a pair passed in is left as it is. The packed path runs only inside `active()`, which the
-engine's decoder cache enters: anyone else calling the same model (transformers' `generate()` included)
-gets the stock kernels. Results differ from the stock kernels by float rounding only (summation order),
-as the stock kernels already differ between one token and several; the tests check that outputs stay
-identical to `generate()`. SPECDEC_PACKED_KERNELS=0 turns `pack` into a no-op.
+tying and `.to()` are unchanged) and makes each other layout on first use (memory: up to two more copies
+of the decoder's weights); `unpack(model)` makes them `nn.Linear` again. `SpeculativeWhisper` packs the
+models it loads itself; a pair passed in is left as it is. The other layouts are used only inside
+`active()`, which the engine's decoder cache enters: anyone else calling the same model (transformers'
+`generate()` included) gets the stock kernels. Results differ from the stock kernels by float rounding
+only (summation order), as the stock kernels already differ between one token and several; the tests
+check that outputs stay identical to `generate()`. SPECDEC_PACKED_KERNELS=0 turns `pack` into a no-op.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from torch import nn
 
 BATCH_HINT = 8  # rows the packed layout is tuned for: a verify pass of k+1 tokens (1-12 are all fast)
 
+COPIES = ("_packed", "_transposed")  # the weight's other layouts a PackedLinear may hold
 _state = threading.local()  # per thread: is the packed path active (a Gradio server decodes in threads)
 
 
@@ -41,23 +48,34 @@ def available() -> bool:
 
 
 class PackedLinear(nn.Linear):
-    """An nn.Linear that, inside `active()`, multiplies with a oneDNN-packed copy of its weight."""
+    """An nn.Linear that, inside `active()`, multiplies with its weight in the layout that suits the call."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not getattr(_state, "active", False) or x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed_weight(), self.bias, "none", [], "")
+        if x.numel() == x.shape[-1]:  # one token: a matrix-vector product
+            if self.out_features <= self.in_features:
+                return F.linear(x, self.weight, self.bias)
+            transposed = self._copy("_transposed", lambda weight: weight.t().contiguous())  # (in, out)
+            rows = x.reshape(1, -1)
+            output = torch.addmm(self.bias, rows, transposed) if self.bias is not None else rows @ transposed
+            return output.reshape(*x.shape[:-1], self.out_features)
+        packed = self._copy(
+            "_packed", lambda weight: torch.ops.mkldnn._reorder_linear_weight(weight, BATCH_HINT)
+        )
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
 
-    def _packed_weight(self) -> torch.Tensor:
-        """The packed copy, redone if the weight was replaced or changed in place since."""
+    def _copy(self, name: str, make) -> torch.Tensor:
+        """The weight in another layout (made on first use), redone if the weight was replaced or changed
+        in place since."""
         key = (self.weight.data_ptr(), self.weight._version)
-        if getattr(self, "_packed_key", None) != key:
+        if self.__dict__.get(f"{name}_key") != key:
             with torch.no_grad():
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), BATCH_HINT)
-            self._packed_key = key
-        return self._packed
+                self.__dict__[name] = make(self.weight.detach())
+            self.__dict__[f"{name}_key"] = key
+        return self.__dict__[name]
 
 
 def pack(model: nn.Module) -> int:
@@ -81,14 +99,20 @@ def unpack(model: nn.Module) -> int:
     for module in _decoder_modules(model):
         if type(module) is PackedLinear:
             module.__class__ = nn.Linear
-            for name in ("_packed", "_packed_key"):
+            for name in COPIES:
                 module.__dict__.pop(name, None)
+                module.__dict__.pop(f"{name}_key", None)
             restored += 1
     return restored
 
 
 def is_packed(model: nn.Module) -> bool:
     return any(type(module) is PackedLinear for module in model.modules())
+
+
+def packed_weights(model: nn.Module) -> list[torch.Tensor]:
+    """The copies of weights the model's PackedLinear layers hold now (oneDNN's cannot be deep-copied)."""
+    return [module.__dict__[name] for module in model.modules() for name in COPIES if name in module.__dict__]
 
 
 def _decoder_modules(model: nn.Module) -> Iterator[nn.Module]:

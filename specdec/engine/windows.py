@@ -19,6 +19,7 @@ from transformers import GenerationConfig, WhisperForConditionalGeneration
 from specdec.engine import cancel
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.drafters import Drafter, DraftModel
+from specdec.engine.fast_draft import draft_frames
 from specdec.engine.loop import decode_rows
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
@@ -167,12 +168,14 @@ def decode_clips(
 
 
 def _encode(
-    encoder: Encoder, model, features: list, clips: list[ClipDecoding], name: str, clock: Clock
+    encoder: Encoder, model, features: list, clips: list[ClipDecoding], name: str, clock: Clock, settings=None
 ) -> torch.Tensor:
-    """One batched encoder call over the clips' next windows, recorded once and named by each clip."""
-    hidden, seconds = encoder(
-        model, torch.cat([window_features(f, clip.seek) for f, clip in zip(features, clips, strict=True)])
-    )
+    """One batched encoder call over the clips' next windows, recorded once and named by each clip (a
+    draft's settings may have it read only the windows' audio: `fast_draft.draft_frames`)."""
+    windows = torch.cat([window_features(f, clip.seek) for f, clip in zip(features, clips, strict=True)])
+    if settings is not None:
+        windows = windows[..., : draft_frames(settings, windows, max(clip.window_frames for clip in clips))]
+    hidden, seconds = encoder(model, windows)
     encoding = clock.new_encoding(name, len(clips), seconds)
     for clip in clips:
         clip.encodings.append(encoding)
@@ -191,7 +194,8 @@ def _draft_model(
     if pair.draft is None:
         return None
     if pair.kind is not DraftKind.SHARED_ENCODER:
-        hidden = _encode(encoder, pair.draft.model, [c.features.draft for c in clips], clips, "draft", clock)
+        features = [c.features.draft for c in clips]
+        hidden = _encode(encoder, pair.draft.model, features, clips, "draft", clock, pair.draft_settings)
     prompts = [pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
     return DraftModel(CachedDecoder(pair.draft.model, hidden), pair.vocabulary, prompts)
 

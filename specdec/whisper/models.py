@@ -74,6 +74,17 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
+class DraftSettings:
+    """How the draft model runs. None of these can change the output (the target verifies every proposed
+    token); they trade the draft's acceptance for its speed (`engine.fast_draft.tune_draft` applies them)."""
+
+    int8: bool = False  # the draft decoder's matrix products in int8 (dynamic quantisation; CPU only)
+    vocabulary: int | None = None  # proposals only among the draft's this-many most frequent text tokens
+    # (and its special tokens); None: its whole vocabulary
+    audio_context: bool = False  # the draft encodes the window's audio only, not its padding to 30 s
+
+
+@dataclass(frozen=True)
 class ModelPair:
     """A validated target/draft pair; `draft` is None for target-only decoding."""
 
@@ -81,6 +92,8 @@ class ModelPair:
     draft: LoadedModel | None
     kind: DraftKind | None
     vocabulary: VocabularyMap | None
+    draft_settings: DraftSettings = DraftSettings()  # how `draft` runs
+    plain_draft: LoadedModel | None = None  # the draft as loaded, when `draft` is a tuned copy of it
 
     @property
     def english_only_draft(self) -> bool:

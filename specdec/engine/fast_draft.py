@@ -1,0 +1,190 @@
+"""A cheaper draft: int8 weights, a restricted vocabulary, an encoder that reads only the audio.
+
+The draft only proposes and the target verifies every token, so nothing done to the draft can change the
+output: only how often its proposals are accepted, and what they cost. `tune_draft(pair, settings)`
+returns a pair whose draft is a copy of the loaded draft, changed as `DraftSettings` says:
+
+- int8: the decoder's linear layers (and the output projection) become dynamically quantised int8
+  layers (`torch.ao.quantization.quantize_dynamic`: int8 weights per output channel, activations
+  quantised per call). A decoder step streams every weight once, so a quarter of the bytes is most of
+  the gain; the encoder, compute-bound, stays float32.
+- vocabulary: the output projection computes only the draft's `vocabulary` most frequent text tokens
+  and its special tokens, and gives every other token -inf (as FR-Spec does for LLM drafts). The
+  draft's softmax is then a distribution over what it can propose, so rejection sampling stays exact.
+  A byte-level BPE numbers its tokens in the order it merged them, most frequent pairs first: the
+  lowest ids are the most frequent pieces of its training text, and need no corpus to count.
+- audio_context: the encoder reads only the window's frames (plus `AUDIO_CONTEXT_MARGIN`), not the
+  silence padding them to 30 s, as whisper.cpp's `audio_ctx` does: an 11 s clip costs the draft's
+  encoder about a third, and every draft step attends over a third of the positions.
+
+The loaded models are never changed: the copy shares the draft's encoder weights, and
+`tune_draft(pair, DraftSettings())` gives the plain draft back. The target is never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+
+import torch
+from torch import nn
+from transformers import WhisperForConditionalGeneration
+from transformers.modeling_outputs import BaseModelOutput
+
+from specdec.engine import kernels
+from specdec.whisper.models import DraftKind, DraftSettings, ModelPair
+from specdec.whisper.tokens import WINDOW_FRAMES
+from specdec.whisper.vocabulary import VocabularyMap
+
+AUDIO_CONTEXT_MARGIN = 100  # frames (1 s) the draft encodes past the end of a window's audio
+# What a CPU draft runs with unless told otherwise: on the bundled pair's English clips the same
+# acceptance as the plain draft, at about half its step cost (docs/benchmarks.md).
+CPU_DRAFT = DraftSettings(int8=True, vocabulary=16384, audio_context=True)
+
+
+def default_settings(model: nn.Module) -> DraftSettings:
+    """The draft settings a pair gets without being told: CPU_DRAFT for float32 on the CPU (where they
+    were measured), the plain draft elsewhere."""
+    parameter = next(model.parameters())
+    return (
+        CPU_DRAFT if parameter.device.type == "cpu" and parameter.dtype == torch.float32 else DraftSettings()
+    )
+
+
+def tune_draft(pair: ModelPair, settings: DraftSettings) -> ModelPair:
+    """The pair with its draft running as `settings` say (a copy of the loaded draft; see above).
+
+    audio_context does nothing for a draft that reads the target's encoder states; int8 needs the CPU."""
+    plain = pair.plain_draft or pair.draft
+    if plain is None:
+        return pair
+    if pair.kind is DraftKind.SHARED_ENCODER:
+        settings = dataclasses.replace(settings, audio_context=False)
+    if settings == DraftSettings():
+        return dataclasses.replace(pair, draft=plain, draft_settings=settings, plain_draft=None)
+    if settings.int8 and (plain.model.device.type != "cpu" or plain.model.dtype != torch.float32):
+        raise ValueError("an int8 draft is made from float32 weights on the CPU (dynamic quantisation)")
+    if settings.vocabulary is not None and settings.vocabulary < 1:
+        raise ValueError("the draft's vocabulary must hold at least one text token")
+    model = _tuned_model(plain.model, settings, pair.vocabulary)
+    draft = dataclasses.replace(plain, model=model)
+    return dataclasses.replace(pair, draft=draft, draft_settings=settings, plain_draft=plain)
+
+
+def draft_frames(settings: DraftSettings, windows: torch.Tensor, window_frames: int) -> int:
+    """Feature frames the draft's encoder reads of a batch of windows (batch, mel_bins, 3000) that hold
+    at most `window_frames` frames of audio: all of them, or with audio_context up to the last frame
+    that holds any sound, plus AUDIO_CONTEXT_MARGIN."""
+    if not settings.audio_context:
+        return WINDOW_FRAMES
+    frames = min(window_frames, sounding_frames(windows)) + AUDIO_CONTEXT_MARGIN
+    frames = min(frames, WINDOW_FRAMES)
+    return frames + frames % 2  # the encoder's second convolution halves the frames
+
+
+def sounding_frames(windows: torch.Tensor) -> int:
+    """Frames up to the last one that holds any sound in a batch of windows (batch, mel_bins, frames).
+
+    The feature extractor pads a clip to 30 s with zeros, whose every mel bin sits at the window's floor
+    (its lowest value): frames at the floor in every bin are silence, padded or recorded."""
+    floor = windows.amin(dim=(1, 2), keepdim=True)
+    sounding = (windows > floor).any(dim=1).any(dim=0).nonzero()  # (frames with sound, 1)
+    return int(sounding[-1]) + 1 if sounding.numel() else 0
+
+
+def frequent_draft_ids(
+    vocabulary: VocabularyMap | None, draft_size: int, num_text_tokens: int
+) -> torch.Tensor:
+    """Draft ids the restricted projection computes, ascending: text ids below num_text_tokens and every
+    special id (end-of-text and after), of those the target has (the others are never proposed)."""
+    ids = torch.arange(draft_size)
+    eos = vocabulary.draft_eos_id if vocabulary is not None else draft_size
+    keep = (ids < num_text_tokens) | (ids >= eos)
+    if vocabulary is not None and not vocabulary.is_identity:
+        keep &= vocabulary.draft_to_target >= 0
+    return ids[keep]
+
+
+class RestrictedProjection(nn.Module):
+    """The output projection over a subset of the vocabulary: logits (..., vocab) with -inf elsewhere."""
+
+    def __init__(self, projection: nn.Linear, rows: torch.Tensor, int8: bool) -> None:
+        super().__init__()
+        self.vocab_size = projection.out_features
+        self.register_buffer("rows", rows, persistent=False)
+        bias = projection.bias is not None
+        weight = projection.weight
+        subset = nn.Linear(
+            projection.in_features, len(rows), bias=bias, device=weight.device, dtype=weight.dtype
+        )
+        with torch.no_grad():
+            subset.weight.copy_(projection.weight[rows])
+            if bias:
+                subset.bias.copy_(projection.bias[rows])
+        self.subset = _quantized(subset) if int8 else subset
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = hidden.new_full((*hidden.shape[:-1], self.vocab_size), float("-inf"))
+        logits[..., self.rows] = self.subset(hidden)
+        return logits
+
+
+class AudioContextEncoder(nn.Module):
+    """A Whisper encoder over features of any length up to its window (batch, mel_bins, frames <= 3000):
+    the positions past them are not computed. The same layers and weights as `encoder`."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_features: torch.Tensor, **kwargs) -> BaseModelOutput:
+        encoder = self.encoder
+        hidden = nn.functional.gelu(encoder.conv1(input_features))
+        hidden = nn.functional.gelu(encoder.conv2(hidden)).permute(0, 2, 1)  # (batch, frames / 2, d_model)
+        hidden = hidden + encoder.embed_positions.weight[: hidden.shape[1]]
+        for layer in encoder.layers:
+            hidden = layer(hidden, None)
+        return BaseModelOutput(last_hidden_state=encoder.layer_norm(hidden))
+
+
+def _tuned_model(
+    model: WhisperForConditionalGeneration, settings: DraftSettings, vocabulary: VocabularyMap | None
+) -> WhisperForConditionalGeneration:
+    """A copy of the draft with its own decoder layers and projection; the encoder and the embeddings are
+    shared with the loaded draft, not copied."""
+    encoder, decoder = model.model.encoder, model.model.decoder
+    shared = [encoder, decoder.embed_tokens.weight, decoder.embed_positions.weight]
+    shared += kernels.packed_weights(model)  # oneDNN's opaque tensors cannot be copied; unpacked below
+    tuned = copy.deepcopy(model, memo={id(part): part for part in shared})
+    kernels.unpack(tuned)  # a packed draft's copy: its layers are replaced or packed again below
+    if settings.vocabulary is not None:
+        rows = frequent_draft_ids(vocabulary, model.config.vocab_size, settings.vocabulary)
+        tuned.proj_out = RestrictedProjection(tuned.proj_out, rows, settings.int8)
+    elif settings.int8:
+        tuned.proj_out = _quantized(tuned.proj_out)
+    if settings.int8:
+        _quantize_linears(tuned.model.decoder)
+    elif kernels.is_packed(model):
+        kernels.pack(tuned)
+    if settings.audio_context:
+        tuned.model.encoder = AudioContextEncoder(encoder)
+    return tuned
+
+
+def _quantize_linears(module: nn.Module) -> None:
+    """Every nn.Linear inside module becomes its dynamically quantised int8 counterpart, in place."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:
+                setattr(parent, name, _quantized(child))
+
+
+def _quantized(linear: nn.Linear) -> nn.Module:
+    """An int8 dynamically quantised copy of an nn.Linear (weights per output channel)."""
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        wrapper = torch.ao.quantization.quantize_dynamic(
+            nn.Sequential(linear), {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+        )
+    return wrapper[0]
