@@ -1,5 +1,6 @@
 """Command line: `python -m specdec transcribe AUDIO...`, `python -m specdec stream AUDIO` (a file played as a
-live stream), `python -m specdec import-ct2 SRC OUT` (a faster-whisper folder as a transformers one),
+live stream), `python -m specdec corpus INPUT --out DIR` (many files on Ray, resumable),
+`python -m specdec import-ct2 SRC OUT` (a faster-whisper folder as a transformers one),
 and `python -m specdec demo-models OUT_DIR`. (The benchmarks run from a checkout: `python -m benchmarks`.)
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
@@ -24,6 +25,7 @@ from pathlib import Path  # noqa: E402
 
 from specdec.api import SpeculativeWhisper, Transcription  # noqa: E402
 from specdec.audio import AudioError, load_audio  # noqa: E402
+from specdec.corpus.command import add_corpus_parser, run_corpus_command  # noqa: E402
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
 from specdec.streaming.playback import StreamSummary, stream_audio, summarise  # noqa: E402
@@ -129,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     stream.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     stream.set_defaults(command=_stream)
 
+    add_corpus_parser(commands).set_defaults(command=_corpus)
+
     return parser
 
 
@@ -152,6 +156,12 @@ def _demo_models(args: argparse.Namespace) -> int:
     for name, path in build_demo_models(args.out_dir, seed=args.seed).items():
         print(f"{name}: {path}")
     return 0
+
+
+def _corpus(args: argparse.Namespace) -> int:
+    """Many files on Ray Data (`specdec.corpus`): rows and summary in --out, the summary printed."""
+    summary = run_corpus_command(args)  # None: Ray stopped the run (resumable)
+    return EXIT_BAD_INPUT if summary is None or summary.failures else 0
 
 
 def _stream(args: argparse.Namespace) -> int:

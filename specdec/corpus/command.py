@@ -1,0 +1,91 @@
+"""`python -m specdec corpus INPUT --out DIR`: its arguments, and the run they describe."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from specdec.corpus.inputs import list_inputs
+from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus
+from specdec.corpus.store import SUMMARY, TRANSCRIPTS
+from specdec.corpus.summary import Summary
+from specdec.longform import LONG_FORM_MODES
+from specdec.options import TASKS, DecodeOptions
+
+
+def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The `corpus` subcommand's parser (the caller sets its handler)."""
+    corpus = commands.add_parser(
+        "corpus",
+        help="transcribe a folder, glob or manifest of audio files on Ray (local, or a cluster); resumable",
+        description="Transcribe many files with Ray Data: read tasks, an actor pool of model pairs, one "
+        f"JSONL row per file in OUT/{TRANSCRIPTS} and the figures in OUT/{SUMMARY}. A rerun with the same "
+        "options skips the files already done (by content hash), so a killed run resumes.",
+    )
+    corpus.add_argument(
+        "input", help="a folder (searched recursively), a glob, or a CSV/JSONL manifest with a path column "
+        "(and optionally a language column)"
+    )  # fmt: skip
+    corpus.add_argument("--out", required=True, help="output folder (created; reused to resume)")
+    help_text = "hub id, short name, local or CTranslate2 folder"
+    corpus.add_argument("--target", default="auto", help=f"{help_text}; auto: base on CPUs, large-v3 on GPUs")
+    corpus.add_argument("--draft", default="auto", help=f"{help_text}; auto: tiny.en on CPUs, tiny on GPUs")
+    corpus.add_argument("--language", default=None, help="e.g. en, de (a manifest's language column wins)")
+    corpus.add_argument("--task", choices=TASKS, default="transcribe")
+    corpus.add_argument("--timestamps", action="store_true", help="predict timestamps: rows get segments")
+    corpus.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
+    corpus.add_argument("--adaptive", action="store_true", help="adapt k to the acceptance")
+    corpus.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window")
+    corpus.add_argument("--batch-size", type=int, default=8, help="files an actor decodes together")
+    corpus.add_argument(
+        "--long-form", choices=LONG_FORM_MODES, default="sequential", help="files over 30 s (see transcribe)"
+    )
+    corpus.add_argument("--workers", type=int, default=None, help="actors; default one per GPU, else 1")
+    corpus.add_argument("--threads-per-worker", type=int, default=None, help="torch threads per actor")
+    corpus.add_argument(
+        "--gpus-per-worker", type=float, default=1.0, help="GPUs per actor (0.5: two per GPU)"
+    )
+    corpus.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    corpus.add_argument(
+        "--address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="Ray cluster to join (default: RAY_ADDRESS; unset: a local Ray started and stopped here)",
+    )
+    corpus.add_argument(
+        "--retry-errors", action="store_true", help="decode again the files whose earlier row is an error"
+    )
+    return corpus
+
+
+def run_corpus_command(args: argparse.Namespace) -> Summary | None:
+    """List the input, run, print the summary; the summary, or None when Ray stopped the run (one line
+    on stderr says why; the rows written so far are kept)."""
+    options = CorpusOptions(
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        decode=DecodeOptions(
+            language=args.language,
+            task=args.task,
+            timestamps=args.timestamps,
+            num_draft_tokens=args.num_draft_tokens,
+            adaptive=args.adaptive,
+            max_new_tokens=args.max_new_tokens,
+        ),
+        long_form=args.long_form,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+        retry_errors=args.retry_errors,
+    )
+    items = list_inputs(args.input)
+    try:
+        summary = transcribe_corpus(items, args.out, options, address=args.address)
+    except CorpusError as error:
+        print(f"specdec: error: {error}", file=sys.stderr)
+        return None
+    print(f"{args.out}/{TRANSCRIPTS}: {summary.files} rows")
+    print(summary.report())
+    return summary

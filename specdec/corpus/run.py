@@ -1,0 +1,171 @@
+"""A corpus run from the driver's side: the Ray session, the resource plan, the rows as they come back,
+the progress bar, the store and the summary."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.corpus.inputs import CorpusItem
+from specdec.corpus.pipeline import Resources, build_dataset, plan_resources
+from specdec.corpus.rows import RunSettings
+from specdec.corpus.store import CorpusStore
+from specdec.corpus.summary import Summary, summarise
+from specdec.longform import check_mode
+from specdec.options import DecodeOptions
+from specdec.whisper.models import AUTO, default_pair, unavailable
+
+
+class CorpusError(RuntimeError):
+    """The run stopped before every file had its row; the rows written so far are kept."""
+
+
+@dataclass(frozen=True)
+class CorpusOptions:
+    target: str = AUTO  # model names as `SpeculativeWhisper` takes them; "auto": by device
+    draft: str = AUTO
+    device: str = AUTO  # "cpu", "cuda", or "auto": cuda when the cluster has GPUs
+    decode: DecodeOptions = DecodeOptions()  # language, timestamps, ... (a manifest's language wins)
+    long_form: str = "sequential"  # files over 30 s: "sequential" (generate()'s output) or "chunked"
+    batch_size: int = 8  # files per actor call, decoded together (the same output as one at a time)
+    workers: int | None = None  # actors; None: one per GPU (gpus_per_worker each), or one on CPUs
+    threads_per_worker: int | None = None  # torch threads per actor; None: a node's CPUs shared out
+    gpus_per_worker: float = 1.0  # a fraction puts several actors on one GPU
+    retry_errors: bool = False  # decode files again whose row in the output folder is an error
+
+    def __post_init__(self) -> None:
+        check_mode(self.long_form)
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError("workers must be >= 1")
+        if self.device not in ("cpu", "cuda", AUTO):
+            raise ValueError(f"device must be cpu, cuda or auto, not {self.device!r}")
+
+
+def transcribe_corpus(
+    items: Sequence[CorpusItem],
+    out_dir: str | Path,
+    options: CorpusOptions = CorpusOptions(),
+    address: str | None = None,
+    progress: bool = True,
+) -> Summary:
+    """Transcribe every item into out_dir (`store`), skipping those already there, on the Ray cluster at
+    address (None: RAY_ADDRESS, else a local one started and stopped here; a process already connected
+    to Ray uses its session). Raises CorpusError if Ray stops the run."""
+    start = time.perf_counter()
+    with CorpusStore(out_dir) as store, ray_session(address):
+        settings, resources = _plan(options, local=not (address or os.environ.get("RAY_ADDRESS")))
+        done = store.rows()
+        if options.retry_errors:
+            done = {key: row for key, row in done.items() if row["error"] is None}
+        digests = [settings.digest(item.language) for item in items]
+        dataset = build_dataset(
+            list(items), digests, frozenset(done), settings, resources, options.batch_size
+        )
+        rows: list[dict | None] = [None] * len(items)
+        decoded: set[str] = set()
+        with contextlib.closing(_Progress(len(items), progress)) as bar:
+            try:
+                for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+                    fresh = []
+                    for index, key, row_json in zip(batch["index"], batch["key"], batch["row"], strict=True):
+                        row = json.loads(row_json) if row_json else done[str(key)]
+                        rows[int(index)] = row
+                        if row_json:
+                            fresh.append(row)
+                            decoded.add(row["key"])
+                    store.append(fresh)
+                    bar.advance(len(batch["index"]), fresh)
+            except Exception as error:  # Ray's own exceptions: an actor that cannot start, a lost node
+                raise CorpusError(_stopped(_last_line(error), out_dir)) from error
+        if None in rows:  # never expected of Ray Data; refuse to write a summary with files missing
+            raise CorpusError(_stopped(f"{rows.count(None)} files came back without a row", out_dir))
+        summary = summarise(rows, decoded, time.perf_counter() - start)
+        store.finish(rows, summary)
+    return summary
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the length of a run: joined at address (or RAY_ADDRESS), else started here and stopped
+    after; quiet (no dashboard, workers' output kept in Ray's logs, no progress bars of Ray Data's)."""
+    import ray
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the run has its own bar, in files
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _plan(options: CorpusOptions, local: bool) -> tuple[RunSettings, Resources]:
+    """Models, device and actors for the cluster Ray is connected to."""
+    import ray
+
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    gpus = sum(node.get("GPU", 0) for node in nodes)
+    device = options.device if options.device != AUTO else ("cuda" if gpus else "cpu")
+    if device == "cuda" and not gpus:
+        raise ValueError("--device cuda: the Ray cluster has no GPU")
+    default_target, default_draft = default_pair(device)
+    target = default_target if options.target == AUTO else options.target
+    draft = default_draft if options.draft == AUTO else options.draft
+    if local:  # a local run: a missing model fails here, not in every actor
+        for name in (target, draft):
+            if (problem := unavailable(name)) is not None:
+                raise ValueError(problem)
+    settings = RunSettings(target, draft, device, options.long_form, options.decode)
+    resources = plan_resources(
+        device,
+        options.workers,
+        options.threads_per_worker,
+        options.gpus_per_worker,
+        [node.get("CPU", 0.0) for node in nodes],
+        gpus,
+    )
+    return settings, resources
+
+
+def _last_line(error: Exception) -> str:
+    """The cause of a Ray error in one line: the last line of the traceback it carries."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
+
+
+def _stopped(reason: str, out_dir: str | Path) -> str:
+    return f"the run stopped ({reason}); the rows written so far are kept in {out_dir}: run again to resume"
+
+
+class _Progress:
+    """A tqdm bar in files on stderr (none when stderr is not a terminal, or when not enabled), with the
+    hours of audio transcribed in this run and the failures so far."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="file", desc="corpus", disable=None if enabled else True)
+        self.audio_seconds, self.failures = 0.0, 0
+
+    def advance(self, files: int, fresh: list[dict]) -> None:
+        self.audio_seconds += sum(row["duration_seconds"] for row in fresh if row["error"] is None)
+        self.failures += sum(row["error"] is not None for row in fresh)
+        self.bar.set_postfix_str(f"{self.audio_seconds / 3600:.2f} h of audio, {self.failures} failed", False)
+        self.bar.update(files)
+
+    def close(self) -> None:
+        self.bar.close()

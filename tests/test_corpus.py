@@ -1,0 +1,265 @@
+"""Corpus transcription on Ray Data (`specdec.corpus`), on a local Ray started once for this file.
+
+Every row is checked against `SpeculativeWhisper.transcribe` of its file alone (token ids), on the demo
+models and on the bundled real pair; unreadable files become error rows while the rest is transcribed; a
+run whose driver is killed resumes with every file exactly once; a run whose actor dies mid-batch
+completes with every file exactly once. The pure parts (listing, keys, the store, the resource plan) are
+tested without Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from specdec import cli
+from specdec.corpus.inputs import CorpusItem, list_inputs
+from specdec.corpus.pipeline import FAULT_KILL_ACTOR_ENV, plan_resources
+from specdec.corpus.rows import RunSettings, error_row
+from specdec.corpus.run import CorpusOptions, transcribe_corpus
+from specdec.corpus.store import TRANSCRIPTS, CorpusStore, read_rows
+from specdec.options import DecodeOptions
+
+ROOT = Path(__file__).parent.parent
+ASSETS = ROOT / "assets"
+MAX_NEW_TOKENS = 12
+DEMO_DECODE = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
+ONE_THREAD = {"threads_per_worker": 1}  # as each pytest-xdist worker runs: one per core
+
+
+def noise_clips(folder: Path, seconds: list[float], seed: int) -> list[Path]:
+    """Noise clips of the given lengths, at a few sample rates and channel counts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i, length in enumerate(seconds):
+        rate, channels = [(16_000, 1), (44_100, 2), (8_000, 1)][i % 3]
+        path = folder / f"clip-{i}.{'flac' if i % 2 else 'wav'}"
+        sf.write(path, 0.1 * rng.standard_normal((round(rate * length), channels)), rate)
+        paths.append(path)
+    return paths
+
+
+def demo_options(demo_models: dict[str, Path]) -> CorpusOptions:
+    target, draft = str(demo_models["target"]), str(demo_models["draft-separate"])
+    return CorpusOptions(target=target, draft=draft, decode=DEMO_DECODE, batch_size=2, **ONE_THREAD)
+
+
+def reference_ids(whisper, paths: list[Path], languages: list[str | None] | None = None) -> dict[str, list]:
+    """Each file's token ids from `SpeculativeWhisper.transcribe` of that file alone."""
+    languages = languages or [DEMO_DECODE.language] * len(paths)
+    found = {}
+    for path, language in zip(paths, languages, strict=True):
+        (result,) = whisper.transcribe(
+            str(path), return_stats=True, language=language, max_tokens=DEMO_DECODE.max_new_tokens
+        )
+        found[os.path.abspath(path)] = list(result.token_ids)
+    return found
+
+
+def assert_each_once(rows: list[dict], paths: list[Path]) -> None:
+    counts = Counter(row["audio"] for row in rows)
+    assert counts == Counter(os.path.abspath(path) for path in paths), counts
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """One local Ray for the module: the runs in this process join it, a CLI subprocess joins it too."""
+    import ray
+
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def real_run(ray_address, real_models, tmp_path_factory):
+    """The bundled real pair on two real clips (one with its language in the manifest, one detected), a
+    text file posing as audio, an empty file and a missing one, listed in a JSONL manifest."""
+    folder = tmp_path_factory.mktemp("real")
+    (folder / "not-audio.wav").write_text("this is not audio")
+    (folder / "empty.flac").write_bytes(b"")
+    entries = [
+        {"path": str(ASSETS / "fr-marche.wav"), "language": "fr"},
+        {"path": str(ASSETS / "de-bahnhof.wav")},
+        *({"path": name} for name in ("not-audio.wav", "empty.flac", "missing.wav")),
+    ]
+    manifest = folder / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    models = {"target": str(real_models["base"]), "draft": str(real_models["tiny.en"])}
+    options = CorpusOptions(**models, batch_size=2, **ONE_THREAD)
+    summary = transcribe_corpus(list_inputs(str(manifest)), folder / "out", options, progress=False)
+    return {"summary": summary, "rows": read_rows(folder / "out" / TRANSCRIPTS)}
+
+
+@pytest.fixture(scope="module")
+def resumed_run(ray_address, demo_models, tmp_path_factory):
+    """`python -m specdec corpus` on six clips in a subprocess, killed once it has written a row; then
+    the same run again, in this process, with an actor made to die after decoding its first batch."""
+    folder = tmp_path_factory.mktemp("resumed")
+    clips = noise_clips(folder / "in", [1.0, 1.5, 1.0, 2.0, 1.0, 1.5], seed=1)
+    out = folder / "out"
+    command = [
+        sys.executable, "-m", "specdec", "corpus", str(folder / "in"), "--out", str(out),
+        "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
+        "--language", "en", "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", "1",
+        "--threads-per-worker", "1", "--address", ray_address,
+    ]  # fmt: skip
+    driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list((out / "rows").glob("part-*.jsonl")) and driver.poll() is None:
+        assert time.monotonic() < deadline, "no row written in 300 s"
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGKILL)
+    stderr = driver.communicate()[1].decode()
+    assert driver.returncode == -signal.SIGKILL, f"the run ended before it was killed: {stderr}"
+    killed = {"transcripts": (out / TRANSCRIPTS).exists()}
+    with CorpusStore(out) as store:
+        killed["rows"] = store.rows()
+
+    marker = folder / "actor-killed"
+    os.environ[FAULT_KILL_ACTOR_ENV] = str(marker)
+    try:
+        summary = transcribe_corpus(
+            list_inputs(str(folder / "in")), out, demo_options(demo_models), progress=False
+        )
+    finally:
+        del os.environ[FAULT_KILL_ACTOR_ENV]
+    with CorpusStore(out) as store:
+        journal = store.rows()
+    return {
+        "clips": clips,
+        "killed": killed,
+        "summary": summary,
+        "rows": read_rows(out / TRANSCRIPTS),
+        "journal": journal,
+        "parts": list((out / "rows").glob("part-*.jsonl")),
+        "actor_killed": marker.exists(),
+    }
+
+
+@pytest.mark.slow  # real models in a fresh actor: CI runs it; -m 'not slow' skips it
+def test_rows_equal_transcribe_of_each_file_alone_on_the_real_pair(real_run, real_pair):
+    rows = real_run["rows"]
+    for row, clip, language in zip(rows[:2], ("fr-marche", "de-bahnhof"), ("fr", None), strict=True):
+        (alone,) = real_pair.transcribe(str(ASSETS / f"{clip}.wav"), return_stats=True, language=language)
+        assert row["token_ids"] == list(alone.token_ids), (
+            f"{clip}: corpus row differs from transcribe() alone"
+        )
+        assert row["text"] == alone.text and row["language"] == alone.language
+        assert row["segments"] is None and row["stats"]["num_generated"] >= len(alone.token_ids)
+    assert [row["language"] for row in rows[:2]] == ["fr", "de"]  # the manifest's; the detected one
+    assert [round(row["duration_seconds"], 1) for row in rows[:2]] == [3.6, 4.6]
+
+
+@pytest.mark.slow  # the same run as above
+def test_bad_files_become_error_rows_and_the_rest_is_transcribed(real_run):
+    rows, summary = real_run["rows"], real_run["summary"]
+    assert [Path(row["audio"]).name for row in rows][2:] == ["not-audio.wav", "empty.flac", "missing.wav"]
+    errors = {Path(row["audio"]).name: row for row in rows if row["error"] is not None}
+    assert set(errors) == {"not-audio.wav", "empty.flac", "missing.wav"}
+    assert "not an audio file" in errors["not-audio.wav"]["error"]
+    assert "empty" in errors["empty.flac"]["error"]
+    assert "could not read" in errors["missing.wav"]["error"]
+    assert errors["missing.wav"]["key"] is None and errors["empty.flac"]["key"] is not None
+    assert all(row["text"] is None and row["token_ids"] is None for row in errors.values())
+    assert (summary.files, summary.transcribed, summary.failures) == (5, 2, 3)
+    assert summary.acceptance_rate is not None and summary.target_passes_saved > 0
+
+
+@pytest.mark.slow  # a CLI subprocess killed mid-run, then a rerun: CI runs it
+def test_a_killed_run_resumes_with_every_file_exactly_once(resumed_run):
+    clips, killed, summary = resumed_run["clips"], resumed_run["killed"], resumed_run["summary"]
+    assert not killed["transcripts"] and 1 <= len(killed["rows"]) < len(clips)
+    assert (summary.resumed, summary.transcribed) == (len(killed["rows"]), len(clips) - len(killed["rows"]))
+    rows = resumed_run["rows"]
+    assert_each_once(rows, clips)
+    for row in rows:  # the killed run's rows are kept as they were written
+        assert row["key"] not in killed["rows"] or killed["rows"][row["key"]] == row
+    assert len(resumed_run["parts"]) == 1 and len(resumed_run["journal"]) == len(clips)  # compacted
+
+
+@pytest.mark.slow  # the same runs as above
+def test_rows_equal_transcribe_of_each_file_alone_on_the_demo_models(resumed_run, separate_pair):
+    rows = resumed_run["rows"]
+    assert {row["audio"]: row["token_ids"] for row in rows} == reference_ids(
+        separate_pair, resumed_run["clips"]
+    )
+    for row in rows:
+        assert row["text"] == separate_pair.decode_text(row["token_ids"]) and row["language"] == "en"
+    assert [row["duration_seconds"] for row in rows] == [1.0, 1.5, 1.0, 2.0, 1.0, 1.5]
+
+
+@pytest.mark.slow  # the same runs as above
+def test_an_actor_killed_mid_batch_is_replaced_and_every_file_is_done_once(resumed_run):
+    assert resumed_run["actor_killed"], "the fault was not injected"
+    assert resumed_run["summary"].failures == 0
+    assert_each_once(resumed_run["rows"], resumed_run["clips"])
+
+
+def test_inputs_from_a_folder_a_glob_and_a_manifest(tmp_path):
+    clips = noise_clips(tmp_path / "a" / "b", [0.5, 0.5], seed=3)
+    (tmp_path / "a" / "notes.txt").write_text("not listed")
+    assert list_inputs(str(tmp_path / "a")) == [CorpusItem(os.path.abspath(p)) for p in sorted(clips)]
+    assert list_inputs(str(tmp_path / "a" / "**" / "*.wav")) == [CorpusItem(os.path.abspath(clips[0]))]
+    manifest = tmp_path / "a" / "list.jsonl"
+    manifest.write_text(
+        '{"audio": "b/clip-1.flac", "language": "de"}\n{"audio": "b/clip-1.flac", "language": "de"}\n'
+    )
+    assert list_inputs(str(manifest)) == [CorpusItem(os.path.abspath(clips[1]), "de")]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no audio files"):
+        list_inputs(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="no file matches"):
+        list_inputs(str(tmp_path / "*.mp3"))
+
+
+def test_the_command_refuses_an_input_without_audio_in_one_line(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("no audio here")
+    exit_code = cli.main(["corpus", str(tmp_path), "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert exit_code == cli.EXIT_BAD_SETUP and error.count("\n") == 1 and "no audio files" in error
+    assert not (tmp_path / "out").exists()  # refused before anything was started or written
+
+
+def test_the_key_follows_the_models_the_options_and_the_file_language():
+    settings = RunSettings("base", "tiny.en", "cpu", "sequential", DecodeOptions(language="en"))
+    assert settings.digest(None) == settings.digest("en") != settings.digest("de")
+    for other in (
+        RunSettings("base", "tiny.en", "cpu", "chunked", DecodeOptions(language="en")),
+        RunSettings("base", "tiny", "cpu", "sequential", DecodeOptions(language="en")),
+        RunSettings("base", "tiny.en", "cpu", "sequential", DecodeOptions(language="en", timestamps=True)),
+    ):
+        assert other.digest(None) != settings.digest(None)
+
+
+def test_the_store_reads_whole_rows_newest_first_and_locks_its_folder(tmp_path):
+    with CorpusStore(tmp_path) as store:
+        store.append([error_row("a.wav", "old", "k1"), error_row("b.wav", "b", None)])
+        store.append([error_row("a.wav", "new", "k1")])
+        (store.journal / ".part-x.jsonl.1.tmp").write_text('{"key": "half')  # a crash mid-write
+        assert {key: row["error"] for key, row in store.rows().items()} == {"k1": "new"}
+        with pytest.raises(ValueError, match="another corpus run"):
+            CorpusStore(tmp_path)
+
+
+def test_the_actor_pool_leaves_cpu_to_the_read_tasks():
+    one = plan_resources("cpu", None, None, 1.0, node_cpus=[2.0], cluster_gpus=0)
+    two = plan_resources("cpu", 2, None, 1.0, node_cpus=[2.0], cluster_gpus=0)
+    assert (one.workers, one.threads, one.cpus_per_worker) == (1, 2, 1.5)
+    assert (two.workers, two.threads, two.cpus_per_worker) == (2, 1, 0.75)
+    gpus = plan_resources("cuda", None, None, 0.5, node_cpus=[16.0, 16.0], cluster_gpus=2)
+    assert (gpus.workers, gpus.gpus_per_worker, gpus.cpus_per_worker, gpus.threads) == (4, 0.5, 1.0, 8)
+    crowded = plan_resources("cuda", None, None, 1.0, node_cpus=[4.0], cluster_gpus=4)  # a CPU per GPU
+    assert (crowded.workers, crowded.cpus_per_worker) == (4, 0.875)
