@@ -5,6 +5,8 @@
     long     a long clip in chunked mode
     stream   live streams: hypothesis reuse, the draft model alone, the target alone
     real     the bundled real pair on real clips: WER, acceptance, decode and end-to-end time
+    cpu      the bundled real pair on this CPU: draft variants, generate(), faster-whisper, memory floors
+    corpus   corpus throughput: the Ray Data command (1 and 2 actors) against a plain batched loop
 
 Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
 field is its help). The JSON report goes to --out; the exit code is 1 if any output differed from the
@@ -34,6 +36,8 @@ BENCHMARKS = {
     "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
     "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
     "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
+    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu_report"),
+    "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}
 
