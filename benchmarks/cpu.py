@@ -3,11 +3,11 @@
 In one process, on the same waveforms (assets/en-*, a 30 s window of dense speech made of them, and any
 --audio files), each `repeats` times in a rotated order on warm models: transformers' `generate()` on the
 target, our loop with the target alone, our loop with each draft variant (`VARIANTS`: the draft as
-loaded, then int8, a restricted vocabulary and audio-only encoding added one by one) at fixed k and
-adaptive k (and the cost-aware k for the default variant), and faster-whisper (CTranslate2, the same
-whisper-base weights, the same thread count, beam 1) in float32 and int8 when it is installed. Greedy,
-English forced, no timestamps. Every output of ours is compared with `generate()`'s token ids,
-faster-whisper's with its text.
+loaded, then int8, a restricted vocabulary, audio-only encoding and the lean decoder step added one by
+one) at fixed k and adaptive k (and the cost-aware k for the default variant), and faster-whisper
+(CTranslate2, the same whisper-base weights, the same thread count, beam 1) in float32 and int8 when
+it is installed. Greedy, English forced, no timestamps. Every output of ours is compared with
+`generate()`'s token ids, faster-whisper's with its text.
 
 Apart from the decodes, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step
 of each variant, after a 20-token prompt, on the jfk clip's encoder states) and set against its memory
@@ -33,6 +33,7 @@ from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.fast_draft import CPU_DRAFT, draft_frames, tune_draft
+from specdec.engine.lean_decoder import LeanDecoder
 from specdec.options import DecodeOptions
 from specdec.whisper.features import encode, features
 from specdec.whisper.models import DraftSettings
@@ -46,9 +47,10 @@ VARIANTS = {  # the draft variants, each adding one lever to the one before
     "float32": DraftSettings(),
     "int8": DraftSettings(int8=True),
     "int8+vocab": DraftSettings(int8=True, vocabulary=CPU_DRAFT.vocabulary),
-    "int8+vocab+audio": CPU_DRAFT,
+    "int8+vocab+audio": DraftSettings(int8=True, vocabulary=CPU_DRAFT.vocabulary, audio_context=True),
+    "int8+vocab+audio+lean": CPU_DRAFT,
 }
-DEFAULT_VARIANT = "int8+vocab+audio"  # what SpeculativeWhisper runs on a CPU without being told
+DEFAULT_VARIANT = "int8+vocab+audio+lean"  # what SpeculativeWhisper runs on a CPU without being told
 PROMPT_TOKENS = 20  # cached tokens before a timed step
 COPY_BYTES = 256 * 2**20  # the bandwidth benchmark's tensor
 
@@ -310,32 +312,38 @@ def step_costs(bench: CpuBench, waveform: np.ndarray, log) -> dict:
     clip_features = features(target, waveform)
     k = bench.options.num_draft_tokens
     kinds = {
-        "target, 1 token": (target.model, encode(target.model, clip_features)[0], 1),
-        f"target, {k + 1} tokens": (target.model, encode(target.model, clip_features)[0], k + 1),
+        "target, 1 token": (target.model, encode(target.model, clip_features)[0], 1, CachedDecoder),
+        f"target, {k + 1} tokens": (
+            target.model,
+            encode(target.model, clip_features)[0],
+            k + 1,
+            CachedDecoder,
+        ),
     }
     for name, whisper in bench.variants.items():
         draft, settings = whisper.pair.draft.model, whisper.pair.draft_settings
         frames = draft_frames(settings, clip_features, WINDOW_FRAMES)
-        kinds[f"draft {name}, 1 token"] = (draft, encode(draft, clip_features[..., :frames])[0], 1)
+        decoder = LeanDecoder if settings.lean_step else CachedDecoder
+        kinds[f"draft {name}, 1 token"] = (draft, encode(draft, clip_features[..., :frames])[0], 1, decoder)
     seconds: dict[str, list[float]] = {name: [] for name in kinds}
     bandwidths = []
     rounds = 4
     for _ in range(rounds):  # the bandwidth between the steps, so that both see the same load
         bandwidths.append(copy_bandwidth(repeats=3))
-        for name, (model, hidden, width) in kinds.items():
-            seconds[name] += _time_steps(model, hidden, width, max(1, bench.options.step_repeats // rounds))
+        for name, (model, hidden, width, decoder) in kinds.items():
+            repeats = max(1, bench.options.step_repeats // rounds)
+            seconds[name] += _time_steps(decoder(model, hidden), width, repeats)
     bandwidth = statistics.median(bandwidths)
     log(f"memory bandwidth (copy): {bandwidth / 1e9:.1f} GB/s")
     found = {}
-    for name, (model, hidden, width) in kinds.items():
+    for name, (model, hidden, width, _) in kinds.items():
         read = step_bytes(model, hidden.shape[1], width)
         median = statistics.median(seconds[name])
         found[name] = {"seconds": median, "bytes": read, "floor_seconds": read / bandwidth}
     return {"bandwidth_bytes_per_second": bandwidth, "kinds": found}
 
 
-def _time_steps(model: nn.Module, hidden: torch.Tensor, width: int, repeats: int) -> list[float]:
-    decoder = CachedDecoder(model, hidden)
+def _time_steps(decoder: CachedDecoder | LeanDecoder, width: int, repeats: int) -> list[float]:
     decoder.feed([list(range(50, 50 + PROMPT_TOKENS))])
     seconds = []
     for _ in range(repeats + 1):

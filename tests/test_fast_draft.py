@@ -25,6 +25,7 @@ from test_acceptance import (
 from specdec.audio import load_audio
 from specdec.engine import kernels
 from specdec.engine.acceptance import speculative_sample
+from specdec.engine.cache import CachedDecoder
 from specdec.engine.fast_draft import (
     AUDIO_CONTEXT_MARGIN,
     CPU_DRAFT,
@@ -35,6 +36,7 @@ from specdec.engine.fast_draft import (
     sounding_frames,
     tune_draft,
 )
+from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions
 from specdec.whisper.features import encode, features, pair_features
@@ -53,8 +55,13 @@ def weather_alone(real_pair):
 
 @pytest.mark.parametrize(
     "settings",
-    [DraftSettings(int8=True), DraftSettings(vocabulary=SMALL_VOCABULARY), DraftSettings(audio_context=True)],
-    ids=["int8", "small-vocabulary", "audio-only"],
+    [
+        DraftSettings(int8=True),
+        DraftSettings(vocabulary=SMALL_VOCABULARY),
+        DraftSettings(audio_context=True),
+        DraftSettings(lean_step=True),
+    ],
+    ids=["int8", "small-vocabulary", "audio-only", "lean-step"],
 )
 def test_a_tuned_draft_keeps_the_target_output(real_pair, weather_alone, settings):
     waveform, expected = weather_alone
@@ -104,6 +111,28 @@ def test_the_audio_only_encoder_over_a_whole_window_is_the_encoder(separate_pair
         whole = AudioContextEncoder(draft.model.encoder)(window).last_hidden_state
         part = AudioContextEncoder(draft.model.encoder)(window[..., :400]).last_hidden_state
     assert torch.equal(whole, stock) and part.shape == (1, 200, draft.config.d_model)
+
+
+def test_the_lean_step_computes_what_the_decoder_computes(separate_pair):
+    """Ragged feeds, a rollback and a dropped row: the same logits as transformers' decoder, to rounding."""
+    pair = separate_pair.pair
+    draft = (pair.plain_draft or pair.draft).model
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(2, 200, draft.config.d_model, generator=generator)
+    lean, stock = LeanDecoder(draft, hidden), CachedDecoder(draft, hidden)
+    for step in (
+        lambda decoder: decoder.feed([[50258, 11, 12], [50258]]),
+        lambda decoder: decoder.rollback([2, 1]),
+        lambda decoder: decoder.feed([[13, 14], [15, 16, 17]]),
+        lambda decoder: decoder.feed([[], [18]]),
+        lambda decoder: decoder.keep([1]),
+        lambda decoder: decoder.feed([[19]]),
+    ):
+        got, expected = step(lean), step(stock)
+        assert lean.lengths == stock.lengths
+        for row_got, row_expected in zip(got or [], expected or [], strict=True):
+            assert row_got.shape == row_expected.shape
+            assert torch.allclose(row_got, row_expected, atol=1e-4, rtol=1e-4)
 
 
 def test_sounding_frames_stop_at_the_padding():

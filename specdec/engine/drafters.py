@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from specdec.engine.cache import CachedDecoder
+from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.state import Row
 from specdec.options import DecodeOptions
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL
@@ -67,7 +68,7 @@ class DraftModel:
     free = False
 
     def __init__(
-        self, decoder: CachedDecoder, vocabulary: VocabularyMap, draft_prompts: list[list[int]]
+        self, decoder: CachedDecoder | LeanDecoder, vocabulary: VocabularyMap, draft_prompts: list[list[int]]
     ) -> None:
         self.decoder = decoder
         self.vocabulary = vocabulary

@@ -13,6 +13,8 @@ returns a pair whose draft is a copy of the loaded draft, changed as `DraftSetti
   draft's softmax is then a distribution over what it can propose, so rejection sampling stays exact.
   A byte-level BPE numbers its tokens in the order it merged them, most frequent pairs first: the
   lowest ids are the most frequent pieces of its training text, and need no corpus to count.
+- lean_step: the decoder step runs in plain tensor ops (`engine.lean_decoder.LeanDecoder`), not through
+  transformers' modules: the same weights, a fraction of the Python per step.
 - audio_context: the encoder reads only the window's frames (plus `AUDIO_CONTEXT_MARGIN`), not the
   silence padding them to 30 s, as whisper.cpp's `audio_ctx` does: an 11 s clip costs the draft's
   encoder about a third, and every draft step attends over a third of the positions.
@@ -40,7 +42,7 @@ from specdec.whisper.vocabulary import VocabularyMap
 AUDIO_CONTEXT_MARGIN = 100  # frames (1 s) the draft encodes past the end of a window's audio
 # What a CPU draft runs with unless told otherwise: on the bundled pair's English clips the same
 # acceptance as the plain draft, at about half its step cost (docs/benchmarks.md).
-CPU_DRAFT = DraftSettings(int8=True, vocabulary=16384, audio_context=True)
+CPU_DRAFT = DraftSettings(int8=True, vocabulary=16384, audio_context=True, lean_step=True)
 
 
 def default_settings(model: nn.Module) -> DraftSettings:
@@ -61,7 +63,7 @@ def tune_draft(pair: ModelPair, settings: DraftSettings) -> ModelPair:
         return pair
     if pair.kind is DraftKind.SHARED_ENCODER:
         settings = dataclasses.replace(settings, audio_context=False)
-    if settings == DraftSettings():
+    if dataclasses.replace(settings, lean_step=False) == DraftSettings():  # the loaded draft's weights
         return dataclasses.replace(pair, draft=plain, draft_settings=settings, plain_draft=None)
     if settings.int8 and (plain.model.device.type != "cpu" or plain.model.dtype != torch.float32):
         raise ValueError("an int8 draft is made from float32 weights on the CPU (dynamic quantisation)")

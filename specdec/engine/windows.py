@@ -20,6 +20,7 @@ from specdec.engine import cancel
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.drafters import Drafter, DraftModel
 from specdec.engine.fast_draft import draft_frames
+from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.loop import decode_rows
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
@@ -197,7 +198,8 @@ def _draft_model(
         features = [c.features.draft for c in clips]
         hidden = _encode(encoder, pair.draft.model, features, clips, "draft", clock, pair.draft_settings)
     prompts = [pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
-    return DraftModel(CachedDecoder(pair.draft.model, hidden), pair.vocabulary, prompts)
+    decoder = LeanDecoder if pair.draft_settings.lean_step else CachedDecoder
+    return DraftModel(decoder(pair.draft.model, hidden), pair.vocabulary, prompts)
 
 
 def make_generator(options: DecodeOptions, device: torch.device) -> torch.Generator:

@@ -82,6 +82,7 @@ class DraftSettings:
     vocabulary: int | None = None  # proposals only among the draft's this-many most frequent text tokens
     # (and its special tokens); None: its whole vocabulary
     audio_context: bool = False  # the draft encodes the window's audio only, not its padding to 30 s
+    lean_step: bool = False  # the draft's decoder step in plain tensor ops (`engine.lean_decoder`)
 
 
 @dataclass(frozen=True)
