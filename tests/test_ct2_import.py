@@ -50,7 +50,8 @@ def ct2_folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def target_alone(real_pair: SpeculativeWhisper, name: str) -> SpeculativeWhisper:
-    model = real_pair.pair.target if name == "base" else real_pair.pair.draft
+    pair = real_pair.pair
+    model = pair.target if name == "base" else (pair.plain_draft or pair.draft)  # as loaded, not tuned
     return SpeculativeWhisper.from_pair(ModelPair(model, None, None, None))
 
 
