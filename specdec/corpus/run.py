@@ -164,7 +164,9 @@ class _Progress:
     def advance(self, files: int, fresh: list[dict]) -> None:
         self.audio_seconds += sum(row["duration_seconds"] for row in fresh if row["error"] is None)
         self.failures += sum(row["error"] is not None for row in fresh)
-        self.bar.set_postfix_str(f"{self.audio_seconds / 3600:.2f} h of audio, {self.failures} failed", False)
+        hours = self.audio_seconds / 3600
+        audio = f"{hours:.2f} h" if hours >= 1 else f"{self.audio_seconds / 60:.1f} min"
+        self.bar.set_postfix_str(f"{audio} of audio, {self.failures} failed", False)
         self.bar.update(files)
 
     def close(self) -> None:
