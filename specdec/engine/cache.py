@@ -19,6 +19,7 @@ of the caches, the only copy).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from transformers import Cache, DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
@@ -81,7 +82,42 @@ class PositionedLayer(CacheLayerMixin):
         return -1
 
 
-class CachedDecoder:
+@dataclass(frozen=True)
+class FeedLayout:
+    """Where a feed's tokens go: row b's at positions lengths[b], lengths[b] + 1, ...; shorter rows padded
+    (with token 0) to the widest, their padding written at the positions right after their tokens."""
+
+    positions: torch.Tensor  # (batch, width)
+    input_ids: torch.Tensor  # (batch, width)
+    kv_length: int  # the longest row's length after the feed: the keys to attend over
+    end_position: int  # one past the last position written, padding included
+
+
+def feed_layout(lengths: list[int], token_ids: list[list[int]], device: torch.device) -> FeedLayout:
+    width = max(max(len(tokens) for tokens in token_ids), 1)
+    positions = torch.tensor(lengths, device=device)[:, None] + torch.arange(width, device=device)
+    padded = [tokens + [0] * (width - len(tokens)) for tokens in token_ids]
+    kv_length = max(length + len(tokens) for length, tokens in zip(lengths, token_ids, strict=True))
+    input_ids = torch.tensor(padded, dtype=torch.long, device=device)
+    return FeedLayout(positions, input_ids, kv_length, max(lengths) + width)
+
+
+class RowLengths:
+    """A decoder cache over a batch of rows, row b holding `lengths[b]` tokens (`CachedDecoder`, and
+    `engine.lean_decoder.LeanDecoder` for drafts): rolling back is lowering a length."""
+
+    lengths: list[int]
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.lengths)
+
+    def rollback(self, lengths: list[int]) -> None:
+        """Row b forgets every cached token from position lengths[b] on (a shorter length only)."""
+        self.lengths = [min(old, new) for old, new in zip(self.lengths, lengths, strict=True)]
+
+
+class CachedDecoder(RowLengths):
     """Incremental decoding of a batch of rows with one model; row b has `lengths[b]` tokens in its cache.
 
     Uses the packed CPU kernels where `kernels.pack` installed them (it installs nothing itself)."""
@@ -102,25 +138,18 @@ class CachedDecoder:
         self.kv_length = 0  # the longest row's length after this feed
         self.end_position = 0  # one past the last position written, padding included
 
-    @property
-    def batch_size(self) -> int:
-        return len(self.lengths)
-
     @torch.inference_mode()
     def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
         """Append each row's tokens (any number, 0 included) to its cache; per row, logits
         (len(token_ids[b]), vocab) predicting the token after each."""
         device = self.model.device
-        width = max(max(len(tokens) for tokens in token_ids), 1)
-        lengths = torch.tensor(self.lengths, device=device)
-        positions = lengths[:, None] + torch.arange(width, device=device)  # (batch, width); padding goes on
-        padded = [tokens + [0] * (width - len(tokens)) for tokens in token_ids]
-        input_ids = torch.tensor(padded, dtype=torch.long, device=device)  # (batch, width)
-        self.write_positions = positions
-        self.kv_length = max(
-            length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)
+        layout = feed_layout(self.lengths, token_ids, device)
+        positions, input_ids = layout.positions, layout.input_ids
+        self.write_positions, self.kv_length, self.end_position = (
+            positions,
+            layout.kv_length,
+            layout.end_position,
         )
-        self.end_position = max(self.lengths) + width
         key_positions = torch.arange(self.kv_length, device=device)
         hidden = key_positions[None, None, :] > positions[:, :, None]  # (batch, width, kv_length)
         dtype = self.model.dtype
@@ -138,10 +167,6 @@ class CachedDecoder:
             )
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [output.logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
-
-    def rollback(self, lengths: list[int]) -> None:
-        """Row b forgets every cached token from position lengths[b] on (a shorter length only)."""
-        self.lengths = [min(old, new) for old, new in zip(self.lengths, lengths, strict=True)]
 
     def keep(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""

@@ -21,10 +21,10 @@ from torch.nn import functional as F
 from transformers import WhisperForConditionalGeneration
 
 from specdec.engine import kernels
-from specdec.engine.cache import CAPACITY_STEP
+from specdec.engine.cache import CAPACITY_STEP, RowLengths, feed_layout
 
 
-class LeanDecoder:
+class LeanDecoder(RowLengths):
     """Incremental decoding of a batch of rows with a draft model; row b has `lengths[b]` cached tokens."""
 
     def __init__(self, model: WhisperForConditionalGeneration, encoder_hidden_states: torch.Tensor) -> None:
@@ -48,21 +48,14 @@ class LeanDecoder:
         self.keys = [empty] * len(self.decoder.layers)
         self.values = [empty] * len(self.decoder.layers)
 
-    @property
-    def batch_size(self) -> int:
-        return len(self.lengths)
-
     @torch.inference_mode()
     def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
         """Append each row's tokens (any number, 0 included) to its cache; per row, logits
         (len(token_ids[b]), vocab) predicting the token after each."""
         device = self.model.device
-        width = max(max(len(tokens) for tokens in token_ids), 1)
-        positions = torch.tensor(self.lengths, device=device)[:, None] + torch.arange(width, device=device)
-        padded = [tokens + [0] * (width - len(tokens)) for tokens in token_ids]
-        input_ids = torch.tensor(padded, dtype=torch.long, device=device)
-        kv_length = max(length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True))
-        self._grow(max(self.lengths) + width)
+        layout = feed_layout(self.lengths, token_ids, device)
+        positions, input_ids, kv_length = layout.positions, layout.input_ids, layout.kv_length
+        self._grow(layout.end_position)
         # each query sees the keys at positions up to its own (padding and stale positions never)
         mask = torch.arange(kv_length, device=device)[None, None, :] <= positions[:, :, None]
         index = positions[:, None, :, None].expand(-1, self.num_heads, -1, self.head_dim)
@@ -122,10 +115,6 @@ class LeanDecoder:
         extra = -(-end_position // CAPACITY_STEP) * CAPACITY_STEP - capacity
         self.keys = [F.pad(keys, (0, 0, 0, extra)) for keys in self.keys]
         self.values = [F.pad(values, (0, 0, 0, extra)) for values in self.values]
-
-    def rollback(self, lengths: list[int]) -> None:
-        """Row b forgets every cached token from position lengths[b] on (a shorter length only)."""
-        self.lengths = [min(old, new) for old, new in zip(self.lengths, lengths, strict=True)]
 
     def keep(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""
