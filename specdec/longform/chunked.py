@@ -23,8 +23,9 @@ from specdec.audio import SAMPLE_RATE
 from specdec.engine.state import Clock
 from specdec.engine.windows import Encoder, MakeDrafter, decode_clips
 from specdec.longform import Progress
+from specdec.longform.joined import joined, moved_steps, moved_windows
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult, Segment, Window
+from specdec.trace import DecodeResult, Segment
 from specdec.whisper.features import encode, pair_features
 from specdec.whisper.models import ModelPair
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
@@ -267,35 +268,12 @@ def _combine(
                     record, window=first_window + record.window, step=first_step + record.step, kept=kept
                 )
             )
-        steps += [
-            dataclasses.replace(step, index=first_step + step.index, window=first_window + step.window)
-            for step in result.steps
-        ]
+        steps += moved_steps(result, first_step, first_window)
         audio_seconds = (chunk.stop - chunk.start) / SAMPLE_RATE  # the rest of the chunk is padding
-        windows += [
-            Window(
-                first_window + w.index,
-                round(chunk.start_seconds + w.start_seconds, 2),
-                round(max(0.0, min(w.seconds, audio_seconds - w.start_seconds)), 2),
-                c,
-            )
-            for w in result.windows
-        ]
+        windows += moved_windows(result, first_window, chunk.start_seconds, audio_seconds, c)
     segments = tuple(
         Segment(piece.start_seconds, piece.end_seconds, tuple(token for token, _ in piece.tokens))
         for piece in pieces
     )
-    passes = {p.index: p for result in results for p in result.passes}
-    encodings = {e.index: e for result in results for e in result.encodings}
-    return DecodeResult(
-        token_ids=tuple(token for segment in segments for token in segment.token_ids),
-        prompt_ids=results[0].prompt_ids,
-        language=results[0].language,
-        tokens=tuple(tokens),
-        steps=tuple(steps),
-        passes=tuple(passes[i] for i in sorted(passes)),
-        encodings=tuple(encodings[i] for i in sorted(encodings)),
-        total_seconds=0.0,
-        windows=tuple(windows),
-        segments=segments if timestamps else (),
-    )
+    token_ids = tuple(token for segment in segments for token in segment.token_ids)
+    return joined(results, token_ids, tokens, steps, windows, segments if timestamps else ())

@@ -25,9 +25,10 @@ from specdec.engine.state import Clock
 from specdec.engine.windows import ClipDecoding, decode_clips
 from specdec.longform import Progress, is_long
 from specdec.longform.chunked import decode_chunked
+from specdec.longform.joined import joined, moved_steps, moved_windows
 from specdec.longform.sequential import check_config
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult, Window
+from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
 from specdec.whisper.models import ModelPair
 from specdec.whisper.tokens import language_code, language_token_id
@@ -113,31 +114,10 @@ def concatenate(results: Sequence[DecodeResult], spans: Sequence[tuple[float, fl
             dataclasses.replace(record, window=first_window + record.window, step=first_step + record.step)
             for record in result.tokens
         ]
-        steps += [
-            dataclasses.replace(step, index=first_step + step.index, window=first_window + step.window)
-            for step in result.steps
-        ]
-        windows += [
-            Window(
-                first_window + window.index,
-                round(start + window.start_seconds, 2),
-                round(max(0.0, min(window.seconds, stop - start - window.start_seconds)), 2),
-            )
-            for window in result.windows
-        ]
-    passes = {p.index: p for result in results for p in result.passes}
-    encodings = {e.index: e for result in results for e in result.encodings}
-    return DecodeResult(
-        token_ids=tuple(token for result in results for token in result.token_ids),
-        prompt_ids=results[0].prompt_ids,
-        language=results[0].language,
-        tokens=tuple(tokens),
-        steps=tuple(steps),
-        passes=tuple(passes[i] for i in sorted(passes)),
-        encodings=tuple(encodings[i] for i in sorted(encodings)),
-        total_seconds=0.0,
-        windows=tuple(windows),
-    )
+        steps += moved_steps(result, first_step, first_window)
+        windows += moved_windows(result, first_window, start, stop - start)
+    token_ids = tuple(token for result in results for token in result.token_ids)
+    return joined(results, token_ids, tokens, steps, windows)
 
 
 def _window_progress(
