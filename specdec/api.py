@@ -13,8 +13,8 @@ import torch
 
 from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
-from specdec.engine import fast_draft, kernels
-from specdec.engine.fast_draft import tune_draft
+from specdec.engine import kernels
+from specdec.engine.fast_draft import default_settings, tune_draft
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
@@ -125,7 +125,7 @@ class SpeculativeWhisper:
                 if model is not None:
                     kernels.pack(model.model)
         if draft_settings is None:
-            draft_settings = fast_draft.default_settings(self.pair.target.model)
+            draft_settings = default_settings(self.pair.target.model)
         self.pair = tune_draft(self.pair, draft_settings)
 
     @classmethod

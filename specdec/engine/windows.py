@@ -27,7 +27,7 @@ from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
 from specdec.whisper.features import PairFeatures, encode, window_features
 from specdec.whisper.logits import LogitsPipeline
-from specdec.whisper.models import DraftKind, ModelPair
+from specdec.whisper.models import DraftKind, DraftSettings, ModelPair
 from specdec.whisper.tokens import (
     FRAME_SECONDS,
     WINDOW_FRAMES,
@@ -169,7 +169,13 @@ def decode_clips(
 
 
 def _encode(
-    encoder: Encoder, model, features: list, clips: list[ClipDecoding], name: str, clock: Clock, settings=None
+    encoder: Encoder,
+    model,
+    features: list,
+    clips: list[ClipDecoding],
+    name: str,
+    clock: Clock,
+    settings: DraftSettings | None = None,
 ) -> torch.Tensor:
     """One batched encoder call over the clips' next windows, recorded once and named by each clip (a
     draft's settings may have it read only the windows' audio: `fast_draft.draft_frames`)."""
