@@ -113,10 +113,13 @@ def test_the_audio_only_encoder_over_a_whole_window_is_the_encoder(separate_pair
     assert torch.equal(whole, stock) and part.shape == (1, 200, draft.config.d_model)
 
 
-def test_the_lean_step_computes_what_the_decoder_computes(separate_pair):
-    """Ragged feeds, a rollback and a dropped row: the same logits as transformers' decoder, to rounding."""
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_the_lean_step_computes_what_the_decoder_computes(separate_pair, weights):
+    """Ragged feeds, a rollback and a dropped row: the same logits as transformers' decoder, to rounding,
+    on the loaded draft and on the CPU default's tuned one (int8 layers fused into one product)."""
     pair = separate_pair.pair
-    draft = (pair.plain_draft or pair.draft).model
+    assert pair.draft_settings == CPU_DRAFT
+    draft = pair.plain_draft.model if weights == "float32" else pair.draft.model
     generator = torch.Generator().manual_seed(3)
     hidden = torch.randn(2, 200, draft.config.d_model, generator=generator)
     lean, stock = LeanDecoder(draft, hidden), CachedDecoder(draft, hidden)

@@ -1,11 +1,13 @@
 """The draft's decoder step in plain tensor ops: what a Whisper decoder layer computes, without the modules.
 
-Through transformers' decoder a whisper-tiny.en draft step makes ~711 operator calls; `LeanDecoder` runs
-the same layers' weights (their own modules: int8, packed or restricted ones alike) in about 35 calls per
-layer: layer norms, the projections, `scaled_dot_product_attention` on its own key/value tensors, and the
-cross-attention keys and values computed once when the decoder is made. Measured on the bundled
-tiny.en with the CPU default settings (2 threads, interleaved, 300 steps each): 8.2 ms against 9.2 ms
-per step (1.14x; docs/benchmarks.md).
+Through transformers' decoder a whisper-tiny.en draft step makes ~711 operator calls and 33 products;
+`LeanDecoder` runs the same layers' weights (int8, packed or restricted ones alike) in about 20 calls
+and 7 products per layer, called without nn.Module's dispatch: the query, key and value projections are
+one product (`LeanLayer`, made once per model: int8 rows or float rows concatenated, the attention's
+scaling folded into the query's rows), `scaled_dot_product_attention` runs on the decoder's own key and
+value tensors, and the cross-attention keys and values are computed once when the decoder is made.
+Measured on the bundled tiny.en with the CPU default settings (2 threads, 300 steps each): see
+docs/benchmarks.md.
 
 For a draft only, never the target: its float results may differ from transformers' by rounding (another
 attention kernel, another order of additions), which can change what the draft proposes but never the
@@ -15,6 +17,10 @@ strategy (per-row lengths, writes at explicit positions, a mask; see `engine.cac
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -22,6 +28,36 @@ from transformers import WhisperForConditionalGeneration
 
 from specdec.engine import kernels
 from specdec.engine.cache import CAPACITY_STEP, RowLengths, feed_layout
+
+Projection = Callable[[torch.Tensor], torch.Tensor]  # (..., in_features) -> (..., out_features)
+Norm = tuple[torch.Tensor, torch.Tensor, float]  # a layer norm's weight, bias and eps
+
+
+@dataclass(frozen=True)
+class LeanLayer:
+    """One decoder layer's weights as the lean step multiplies by them."""
+
+    self_norm: Norm
+    query_key_value: Projection  # the query (scaled) and the new token's key and value, in one product
+    self_out: Projection
+    cross_norm: Norm
+    cross_query: Projection  # scaled
+    cross_out: Projection
+    mlp_norm: Norm
+    fc1: Projection
+    activation: Callable[[torch.Tensor], torch.Tensor]
+    fc2: Projection
+
+
+_LAYERS: weakref.WeakKeyDictionary[nn.Module, list[LeanLayer]] = weakref.WeakKeyDictionary()
+
+
+def lean_layers(model: WhisperForConditionalGeneration) -> list[LeanLayer]:
+    """The model's decoder layers as LeanLayers, made on first use from the weights it has then (a draft's
+    weights do not change once tuned)."""
+    if model not in _LAYERS:
+        _LAYERS[model] = [_lean_layer(layer) for layer in model.model.decoder.layers]
+    return _LAYERS[model]
 
 
 class LeanDecoder(RowLengths):
@@ -31,6 +67,7 @@ class LeanDecoder(RowLengths):
         """encoder_hidden_states: (batch, positions, d_model), one row per window."""
         self.model = model
         self.decoder = model.model.decoder
+        self.layers = lean_layers(model)
         config = model.config
         self.num_heads = config.decoder_attention_heads
         self.head_dim = config.d_model // self.num_heads
@@ -45,8 +82,8 @@ class LeanDecoder(RowLengths):
                 for layer in self.decoder.layers
             ]
         empty = encoder_hidden_states.new_zeros(self.batch_size, self.num_heads, 0, self.head_dim)
-        self.keys = [empty] * len(self.decoder.layers)
-        self.values = [empty] * len(self.decoder.layers)
+        self.keys = [empty] * len(self.layers)
+        self.values = [empty] * len(self.layers)
 
     @torch.inference_mode()
     def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
@@ -56,8 +93,11 @@ class LeanDecoder(RowLengths):
         layout = feed_layout(self.lengths, token_ids, device)
         positions, input_ids, kv_length = layout.positions, layout.input_ids, layout.kv_length
         self._grow(layout.end_position)
-        # each query sees the keys at positions up to its own (padding and stale positions never)
-        mask = torch.arange(kv_length, device=device)[None, None, :] <= positions[:, :, None]
+        # each query sees the keys at positions up to its own (padding and stale positions never); one
+        # row's one token sees every key
+        mask = None
+        if positions.numel() > 1:
+            mask = (torch.arange(kv_length, device=device)[None, None, :] <= positions[:, :, None])[:, None]
         index = positions[:, None, :, None].expand(-1, self.num_heads, -1, self.head_dim)
         decoder = self.decoder
         hidden = (
@@ -65,37 +105,39 @@ class LeanDecoder(RowLengths):
             + decoder.embed_positions.weight[positions.clamp(max=self.max_positions - 1)]
         )
         with kernels.active():
-            for i, layer in enumerate(decoder.layers):
-                hidden = self._layer(i, layer, hidden, index, mask[:, None], kv_length)
-            logits = self.model.proj_out(decoder.layer_norm(hidden))
+            for i, layer in enumerate(self.layers):
+                hidden = self._layer(i, layer, hidden, index, mask, kv_length)
+            norm = decoder.layer_norm
+            logits = self.model.proj_out(_norm(hidden, (norm.weight, norm.bias, norm.eps)))
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
 
     def _layer(
         self,
         i: int,
-        layer: nn.Module,
+        layer: LeanLayer,
         hidden: torch.Tensor,
         index: torch.Tensor,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
         kv_length: int,
     ) -> torch.Tensor:
         """One decoder layer: self-attention over the cache, cross-attention, the MLP (pre-norm, residual)."""
-        attention = layer.self_attn
-        normed = layer.self_attn_layer_norm(hidden)
-        query = self._heads(attention.q_proj(normed) * attention.scaling)
-        self.keys[i].scatter_(2, index, self._heads(attention.k_proj(normed)))
-        self.values[i].scatter_(2, index, self._heads(attention.v_proj(normed)))
+        batch, tokens, _ = hidden.shape
+        query_key_value = layer.query_key_value(_norm(hidden, layer.self_norm))
+        query, key, value = query_key_value.view(batch, tokens, 3, self.num_heads, self.head_dim).permute(
+            2, 0, 3, 1, 4
+        )  # each (batch, heads, tokens, head_dim)
+        self.keys[i].scatter_(2, index, key)
+        self.values[i].scatter_(2, index, value)
         keys, values = self.keys[i][:, :, :kv_length], self.values[i][:, :, :kv_length]
         attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0)
-        hidden = hidden + attention.out_proj(self._merge(attended))
+        hidden = hidden + layer.self_out(self._merge(attended))
 
-        cross = layer.encoder_attn
-        query = self._heads(cross.q_proj(layer.encoder_attn_layer_norm(hidden)) * cross.scaling)
+        query = self._heads(layer.cross_query(_norm(hidden, layer.cross_norm)))
         attended = F.scaled_dot_product_attention(query, *self.cross[i], scale=1.0)
-        hidden = hidden + cross.out_proj(self._merge(attended))
+        hidden = hidden + layer.cross_out(self._merge(attended))
 
-        return hidden + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(hidden))))
+        return hidden + layer.fc2(layer.activation(layer.fc1(_norm(hidden, layer.mlp_norm))))
 
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
         """(batch, tokens, d_model) -> (batch, heads, tokens, head_dim)."""
@@ -127,3 +169,84 @@ class LeanDecoder(RowLengths):
             (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross
         ]
         self.lengths = [self.lengths[row] for row in rows]
+
+
+def _norm(hidden: torch.Tensor, norm: Norm) -> torch.Tensor:
+    weight, bias, eps = norm
+    return F.layer_norm(hidden, weight.shape, weight, bias, eps)
+
+
+def _lean_layer(layer: nn.Module) -> LeanLayer:
+    attention, cross = layer.self_attn, layer.encoder_attn
+    return LeanLayer(
+        self_norm=_norm_of(layer.self_attn_layer_norm),
+        query_key_value=_fused(
+            [attention.q_proj, attention.k_proj, attention.v_proj], [attention.scaling, 1.0, 1.0]
+        ),
+        self_out=_projection(attention.out_proj),
+        cross_norm=_norm_of(layer.encoder_attn_layer_norm),
+        cross_query=_fused([cross.q_proj], [cross.scaling]),
+        cross_out=_projection(cross.out_proj),
+        mlp_norm=_norm_of(layer.final_layer_norm),
+        fc1=_projection(layer.fc1),
+        activation=layer.activation_fn,
+        fc2=_projection(layer.fc2),
+    )
+
+
+def _norm_of(module: nn.LayerNorm) -> Norm:
+    return module.weight, module.bias, module.eps
+
+
+def _is_int8(module: nn.Module) -> bool:
+    """A dynamically quantised int8 linear layer (`engine.fast_draft`'s)."""
+    return hasattr(module, "_packed_params")
+
+
+def _projection(module: nn.Module) -> Projection:
+    """The layer's product; an int8 layer's operator called directly (as its module would call it)."""
+    if not _is_int8(module):
+        return module
+    packed = module._packed_params._packed_params
+    reduce_range = module.version is not None and module.version >= 4
+    return lambda states: torch.ops.quantized.linear_dynamic(states, packed, reduce_range=reduce_range)
+
+
+def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
+    """One product computing every module's output (each times its scale), concatenated.
+
+    Float layers: their rows concatenated (same class, so a PackedLinear stays packed). Int8 layers
+    (per-channel): their int8 rows and per-row scales concatenated, so each output is what its own layer
+    computes (the scale folded in exactly where it is a power of two, as 1 / sqrt(head_dim) is for 64)."""
+    if _is_int8(modules[0]):
+        weights = [module.weight() for module in modules]
+        int8 = torch.cat([weight.int_repr() for weight in weights])
+        row_scales = torch.cat([w.q_per_channel_scales() * s for w, s in zip(weights, scales, strict=True)])
+        zero_points = torch.cat([weight.q_per_channel_zero_points() for weight in weights])
+        weight = torch._make_per_channel_quantized_tensor(int8, row_scales, zero_points, 0)
+        bias = torch.cat(
+            [_bias(m.bias(), m.out_features, s, int8) for m, s in zip(modules, scales, strict=True)]
+        )
+        packed = torch.ops.quantized.linear_prepack(weight, bias)
+        reduce_range = modules[0].version is not None and modules[0].version >= 4
+        return lambda states: torch.ops.quantized.linear_dynamic(states, packed, reduce_range=reduce_range)
+    first = modules[0]
+    with torch.no_grad():
+        fused = nn.Linear(
+            first.in_features,
+            sum(module.out_features for module in modules),
+            device=first.weight.device,
+            dtype=first.weight.dtype,
+        )
+        fused.weight.copy_(torch.cat([module.weight * s for module, s in zip(modules, scales, strict=True)]))
+        biases = [_bias(m.bias, m.out_features, s, fused.bias) for m, s in zip(modules, scales, strict=True)]
+        fused.bias.copy_(torch.cat(biases))
+    fused.__class__ = type(first)
+    return fused
+
+
+def _bias(bias: torch.Tensor | None, size: int, scale: float, like: torch.Tensor) -> torch.Tensor:
+    """A layer's bias times scale; zeros for a layer without one (a key projection)."""
+    if bias is None:
+        return torch.zeros(size, device=like.device, dtype=torch.float32 if like.is_quantized else like.dtype)
+    return bias.detach() * scale
