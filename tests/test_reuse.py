@@ -61,10 +61,23 @@ def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
         just_rejected = (
             previous and expected[-1] == HYPOTHESIS and previous.n_accepted < len(previous.drafted)
         )
-        expected.append(HYPOTHESIS if continuation(hypothesis, generated) and not just_rejected else "other")
+        found = continuation(hypothesis, generated, result.prompt_ids)
+        expected.append(HYPOTHESIS if found and not just_rejected else "other")
     reused = [step.source == HYPOTHESIS for step in steps]
     assert reused == [source == HYPOTHESIS for source in expected]
     accepted_reused = sum(step.n_accepted for step, is_reused in zip(steps, reused, strict=True) if is_reused)
     print(f"{reused.count(True)} reused proposals, {accepted_reused} of their tokens accepted")
     assert reused.count(True) >= 4 and accepted_reused >= 25
     assert any(step.n_accepted == len(step.drafted) > 5 for step in steps)  # longer than the draft's k
+
+
+def test_continuation_where_the_texts_agree_diverge_and_repeat():
+    hypothesis = [1, 2, 3, 4, 5, 6, 99]
+    assert continuation(hypothesis, [1, 2]) == [3, 4, 5, 6, 99]  # by position
+    assert continuation(hypothesis, [7, 2, 3, 4]) == [5, 6, 99]  # after its last 3 tokens, in the hypothesis
+    assert continuation(hypothesis, [7, 8]) == []  # too short to look up
+    prompt = [50, 10, 11, 12, 13, 14]
+    assert continuation(hypothesis, [7, 10, 11, 12], prompt, limit=3) == [13, 14, 7]  # then the prompt
+    loop = [20, 21, 22, 23, 21, 22, 23]
+    assert continuation(hypothesis, loop, prompt, limit=5) == [21, 22, 23, 21, 22]  # a loop goes on
+    assert continuation(hypothesis, [30, 31, 32, 30, 31], prompt) == []  # the tail itself is no earlier text

@@ -132,9 +132,12 @@ class PreviousHypothesis:
     the same audio, so the last output usually continues the current one, at the cost of a list lookup.
 
     Row b proposes its hypothesis's continuation from the current position, up to `max_tokens` at once (it
-    is not held to the draft model's k: a proposal costs nothing to make); where that runs out, or was
-    rejected at the previous step, the fallback (the draft model, if any) proposes. A hypothesis proposal
-    is a point mass, so rejection sampling stays exact with a one-hot draft distribution.
+    is not held to the draft model's k: a proposal costs nothing to make); where the two diverged, what
+    followed the newest generated tokens in the hypothesis, or in the row's own prompt and output (the
+    previous text a live session passes as the prompt, a phrase said twice, a repetition loop: prompt
+    lookup); where none of that finds anything, or it was rejected at the previous step, the fallback
+    (the draft model, if any) proposes. A hypothesis proposal is a point mass, so rejection sampling
+    stays exact with a one-hot draft distribution.
     """
 
     free = True
@@ -160,7 +163,11 @@ class PreviousHypothesis:
         fallback_lengths = [0] * len(rows)
         for b, (row, hypothesis) in enumerate(zip(rows, self.hypotheses, strict=True)):
             found = (
-                [] if hypothesis is None or _just_rejected(row) else continuation(hypothesis, row.generated)
+                []
+                if _just_rejected(row)
+                else continuation(
+                    hypothesis or [], row.generated, row.sequence[: row.prompt_length], self.max_tokens
+                )
             )
             tokens = found[: min(max(num_draft_tokens[b], self.max_tokens), row.budget - 1)]
             if tokens:
@@ -184,9 +191,13 @@ class PreviousHypothesis:
         return probs
 
 
-def continuation(hypothesis: Sequence[int], generated: Sequence[int]) -> list[int]:
-    """What a hypothesis says comes after `generated`: by position while the two agree, else after the last
-    place the hypothesis holds the newest MATCH_LENGTH generated tokens."""
+def continuation(
+    hypothesis: Sequence[int], generated: Sequence[int], earlier: Sequence[int] = (), limit: int = 32
+) -> list[int]:
+    """What comes after `generated`: the hypothesis by position while the two agree; else what followed the
+    newest MATCH_LENGTH generated tokens where they last appeared in the hypothesis, or else in the text
+    decoded so far (`earlier`, the row's prompt, then `generated` itself: a repetition goes on as it went,
+    up to `limit` tokens)."""
     hypothesis, generated = list(hypothesis), list(generated)
     position = len(generated)
     if hypothesis[:position] == generated:
@@ -194,10 +205,29 @@ def continuation(hypothesis: Sequence[int], generated: Sequence[int]) -> list[in
     tail = generated[-MATCH_LENGTH:]
     if len(tail) < MATCH_LENGTH:
         return []
-    for start in range(len(hypothesis) - MATCH_LENGTH, -1, -1):
-        if hypothesis[start : start + MATCH_LENGTH] == tail:
-            return hypothesis[start + MATCH_LENGTH :]
-    return []
+    start = _last_start(hypothesis, tail, len(hypothesis))
+    if start is not None:
+        return hypothesis[start + MATCH_LENGTH :]
+    decoded = list(earlier) + generated
+    start = _last_start(decoded, tail, len(decoded) - 1)  # an earlier occurrence, not the tail itself
+    return _copied(decoded, start + MATCH_LENGTH, limit) if start is not None else []
+
+
+def _last_start(text: list[int], tail: list[int], end: int) -> int | None:
+    """Where the last occurrence of tail in text[:end] starts (None: nowhere)."""
+    for start in range(end - len(tail), -1, -1):
+        if text[start : start + len(tail)] == tail:
+            return start
+    return None
+
+
+def _copied(text: list[int], source: int, count: int) -> list[int]:
+    """`count` tokens continuing text as it went from `source` on, the copy reading its own output
+    where it runs past the end (a loop of any period repeats)."""
+    copy = list(text)
+    for offset in range(count):
+        copy.append(copy[source + offset])
+    return copy[len(text) :]
 
 
 def _just_rejected(row: Row) -> bool:
