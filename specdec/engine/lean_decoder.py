@@ -207,10 +207,12 @@ def _is_int8(module: nn.Module) -> bool:
 
 def _projection(module: nn.Module) -> Projection:
     """The layer's product; an int8 layer's operator called directly (as its module would call it)."""
-    if not _is_int8(module):
-        return module
-    packed = module._packed_params._packed_params
-    reduce_range = module.version is not None and module.version >= 4
+    return _int8_product(module._packed_params._packed_params, module) if _is_int8(module) else module
+
+
+def _int8_product(packed: torch.ScriptObject, layer: nn.Module) -> Projection:
+    """The int8 product of packed weights, with the activation range the layer's version uses."""
+    reduce_range = layer.version is not None and layer.version >= 4
     return lambda states: torch.ops.quantized.linear_dynamic(states, packed, reduce_range=reduce_range)
 
 
@@ -226,12 +228,11 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
         row_scales = torch.cat([w.q_per_channel_scales() * s for w, s in zip(weights, scales, strict=True)])
         zero_points = torch.cat([weight.q_per_channel_zero_points() for weight in weights])
         weight = torch._make_per_channel_quantized_tensor(int8, row_scales, zero_points, 0)
-        bias = torch.cat(
-            [_bias(m.bias(), m.out_features, s, int8) for m, s in zip(modules, scales, strict=True)]
-        )
-        packed = torch.ops.quantized.linear_prepack(weight, bias)
-        reduce_range = modules[0].version is not None and modules[0].version >= 4
-        return lambda states: torch.ops.quantized.linear_dynamic(states, packed, reduce_range=reduce_range)
+        biases = [
+            _bias(m.bias(), m.out_features, s, torch.float32) for m, s in zip(modules, scales, strict=True)
+        ]
+        bias = torch.cat(biases)
+        return _int8_product(torch.ops.quantized.linear_prepack(weight, bias), modules[0])
     first = modules[0]
     with torch.no_grad():
         fused = nn.Linear(
@@ -241,14 +242,17 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
             dtype=first.weight.dtype,
         )
         fused.weight.copy_(torch.cat([module.weight * s for module, s in zip(modules, scales, strict=True)]))
-        biases = [_bias(m.bias, m.out_features, s, fused.bias) for m, s in zip(modules, scales, strict=True)]
+        biases = [
+            _bias(m.bias, m.out_features, s, fused.bias.dtype) for m, s in zip(modules, scales, strict=True)
+        ]
         fused.bias.copy_(torch.cat(biases))
     fused.__class__ = type(first)
     return fused
 
 
-def _bias(bias: torch.Tensor | None, size: int, scale: float, like: torch.Tensor) -> torch.Tensor:
-    """A layer's bias times scale; zeros for a layer without one (a key projection)."""
+def _bias(bias: torch.Tensor | None, size: int, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """A layer's bias times scale, on the CPU (a fused float layer copies it to its device); zeros for a
+    layer without one (a key projection)."""
     if bias is None:
-        return torch.zeros(size, device=like.device, dtype=torch.float32 if like.is_quantized else like.dtype)
-    return bias.detach() * scale
+        return torch.zeros(size, dtype=dtype)
+    return bias.detach().cpu() * scale
