@@ -96,7 +96,14 @@ def test_tuning_leaves_the_loaded_models_alone(real_pair):
     plain = pair.plain_draft.model
     assert kernels.is_packed(plain) and type(plain.proj_out) is kernels.PackedLinear
     assert type(plain.model.decoder.layers[0].fc1) is kernels.PackedLinear
-    assert pair.draft.model is not plain and pair.draft.model.model.encoder.encoder is plain.model.encoder
+    tuned_encoder = pair.draft.model.model.encoder.encoder  # int8: its own copy; the loaded one is float32
+    assert pair.draft.model is not plain and tuned_encoder is not plain.model.encoder
+    assert type(plain.model.encoder.layers[0].fc1) is torch.nn.Linear
+    assert type(tuned_encoder.layers[0].fc1) is torch.ao.nn.quantized.dynamic.Linear
+    assert (
+        tune_draft(pair, DraftSettings(audio_context=True)).draft.model.model.encoder.encoder
+        is plain.model.encoder
+    )
     back = tune_draft(pair, DraftSettings())
     assert back.draft is pair.plain_draft and back.plain_draft is None and back.target is pair.target
     again = tune_draft(back, DraftSettings(vocabulary=SMALL_VOCABULARY))

@@ -7,7 +7,9 @@ returns a pair whose draft is a copy of the loaded draft, changed as `DraftSetti
 - int8: the decoder's linear layers (and the output projection) become dynamically quantised int8
   layers (`torch.ao.quantization.quantize_dynamic`: int8 weights per output channel, activations
   quantised per call). A decoder step streams every weight once, so a quarter of the bytes is most of
-  the gain; the encoder, compute-bound, stays float32.
+  the gain. The encoder's linear layers too (a copy; its convolutions stay float32): compute-bound, but
+  fbgemm's int8 products beat float32 ones, ~20% off tiny.en's encoder here at the same acceptance
+  (docs/benchmarks.md). Not for a draft that reads the target's encoder states (it runs no encoder).
 - vocabulary: the output projection computes only the draft's `vocabulary` most frequent text tokens
   and its special tokens, and gives every other token -inf (as FR-Spec does for LLM drafts). The
   draft's softmax is then a distribution over what it can propose, so rejection sampling stays exact.
@@ -19,8 +21,8 @@ returns a pair whose draft is a copy of the loaded draft, changed as `DraftSetti
   silence padding them to 30 s, as whisper.cpp's `audio_ctx` does: an 11 s clip costs the draft's
   encoder about a third, and every draft step attends over a third of the positions.
 
-The loaded models are never changed: the copy shares the draft's encoder weights, and
-`tune_draft(pair, DraftSettings())` gives the plain draft back. The target is never touched.
+The loaded models are never changed: the copy shares the draft's embeddings (and its encoder, unless
+int8), and `tune_draft(pair, DraftSettings())` gives the plain draft back. The target is never touched.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def tune_draft(pair: ModelPair, settings: DraftSettings) -> ModelPair:
         raise ValueError("an int8 draft is made from float32 weights on the CPU (dynamic quantisation)")
     if settings.vocabulary is not None and settings.vocabulary < 1:
         raise ValueError("the draft's vocabulary must hold at least one text token")
-    model = _tuned_model(plain.model, settings, pair.vocabulary)
+    int8_encoder = pair.kind is not DraftKind.SHARED_ENCODER  # that draft runs no encoder of its own
+    model = _tuned_model(plain.model, settings, pair.vocabulary, int8_encoder)
     draft = dataclasses.replace(plain, model=model)
     return dataclasses.replace(pair, draft=draft, draft_settings=settings, plain_draft=plain)
 
@@ -154,10 +157,13 @@ class AudioContextEncoder(nn.Module):
 
 
 def _tuned_model(
-    model: WhisperForConditionalGeneration, settings: DraftSettings, vocabulary: VocabularyMap | None
+    model: WhisperForConditionalGeneration,
+    settings: DraftSettings,
+    vocabulary: VocabularyMap | None,
+    int8_encoder: bool,
 ) -> WhisperForConditionalGeneration:
-    """A copy of the draft with its own decoder layers and projection; the encoder and the embeddings are
-    shared with the loaded draft, not copied."""
+    """A copy of the draft with its own decoder layers and projection, and its own int8 encoder if
+    int8_encoder; the embeddings (and a float32 encoder) are shared with the loaded draft, not copied."""
     encoder, decoder = model.model.encoder, model.model.decoder
     shared = [encoder, decoder.embed_tokens.weight, decoder.embed_positions.weight]
     shared += kernels.packed_weights(model)  # oneDNN's opaque tensors cannot be copied; unpacked below
@@ -172,6 +178,10 @@ def _tuned_model(
         _quantize_linears(tuned.model.decoder)
     elif kernels.is_packed(model):
         kernels.pack(tuned)
+    if settings.int8 and int8_encoder:
+        encoder = copy.deepcopy(encoder)  # the loaded draft keeps its own
+        _quantize_linears(encoder)
+        tuned.model.encoder = encoder
     if settings.audio_context:
         tuned.model.encoder = AudioContextEncoder(encoder)
     return tuned

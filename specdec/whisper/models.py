@@ -78,7 +78,9 @@ class DraftSettings:
     """How the draft model runs. None of these can change the output (the target verifies every proposed
     token); they trade the draft's acceptance for its speed (`engine.fast_draft.tune_draft` applies them)."""
 
-    int8: bool = False  # the draft decoder's matrix products in int8 (dynamic quantisation; CPU only)
+    int8: bool = (
+        False  # the draft's matrix products (decoder and encoder) in int8 (dynamic quantisation; CPU)
+    )
     vocabulary: int | None = None  # proposals only among the draft's this-many most frequent text tokens
     # (and its special tokens); None: its whole vocabulary
     audio_context: bool = False  # the draft encodes the window's audio only, not its padding to 30 s
