@@ -93,15 +93,9 @@ def configs(options: CpuBenchOptions, faster_whisper: bool) -> list[Config]:
         found.append(Config(f"specdec {variant}, k={k}", "specdec", variant, "fixed"))
         found.append(Config(f"specdec {variant}, adaptive", "specdec", variant, "adaptive"))
     long_k = options.long_num_draft_tokens
-    found.append(
-        Config(
-            f"specdec {DEFAULT_VARIANT}, k={long_k}",
-            "specdec",
-            DEFAULT_VARIANT,
-            "fixed",
-            num_draft_tokens=long_k,
-        )
-    )
+    if long_k != k:
+        name = f"specdec {DEFAULT_VARIANT}, k={long_k}"
+        found.append(Config(name, "specdec", DEFAULT_VARIANT, "fixed", num_draft_tokens=long_k))
     found.append(Config(f"specdec {DEFAULT_VARIANT}, cost-aware", "specdec", DEFAULT_VARIANT, "cost-aware"))
     if faster_whisper:
         found += [
@@ -143,7 +137,7 @@ class CpuBench:
             return Run(seconds, token_ids, self.whisper.decode_text(token_ids))
         if config.engine == "faster-whisper":
             return _faster_whisper_run(self.faster_whisper[config.compute_type], waveform)
-        k = config.num_draft_tokens or self.options.num_draft_tokens
+        k = self.options.num_draft_tokens if config.num_draft_tokens is None else config.num_draft_tokens
         policy = {"adaptive": config.policy == "adaptive", "cost_aware": config.policy == "cost-aware"}
         options = DecodeOptions(language=LANGUAGE, num_draft_tokens=k, **policy)
         whisper = self.variants[config.variant or DEFAULT_VARIANT]

@@ -21,6 +21,7 @@ from test_acceptance import (
     target_only_distribution,
     to_float,
 )
+from transformers import WhisperForConditionalGeneration
 
 from specdec.audio import load_audio
 from specdec.engine import kernels
@@ -143,6 +144,20 @@ def test_the_lean_step_computes_what_the_decoder_computes(separate_pair, weights
         for row_got, row_expected in zip(got or [], expected or [], strict=True):
             assert row_got.shape == row_expected.shape
             assert torch.allclose(row_got, row_expected, atol=1e-4, rtol=1e-4)
+
+
+def test_the_lean_step_follows_weights_changed_after_first_use(separate_pair):
+    """Its fused projections are remade when the model's change (here in place)."""
+    torch.manual_seed(0)
+    draft = WhisperForConditionalGeneration(separate_pair.pair.plain_draft.model.config).eval()
+    hidden = torch.randn(1, 50, draft.config.d_model, generator=torch.Generator().manual_seed(1))
+    before = LeanDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
+    with torch.no_grad():
+        draft.model.decoder.layers[0].self_attn.q_proj.weight.mul_(3.0)
+    after = LeanDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
+    expected = CachedDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
+    assert not torch.allclose(before, expected, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(after, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_sounding_frames_stop_at_the_padding():

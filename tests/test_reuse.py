@@ -78,6 +78,8 @@ def test_continuation_where_the_texts_agree_diverge_and_repeat():
     assert continuation(hypothesis, [7, 8]) == []  # too short to look up
     prompt = [50, 10, 11, 12, 13, 14]
     assert continuation(hypothesis, [7, 10, 11, 12], prompt, limit=3) == [13, 14, 7]  # then the prompt
+    # the newest tokens end the hypothesis: nothing follows them there, the prompt has what does
+    assert continuation([7, 1, 2, 3], [9, 1, 2, 3], [1, 2, 3, 4], limit=2) == [4, 9]
     loop = [20, 21, 22, 23, 21, 22, 23]
     assert continuation(hypothesis, loop, prompt, limit=5) == [21, 22, 23, 21, 22]  # a loop goes on
     assert continuation(hypothesis, [30, 31, 32, 30, 31], prompt) == []  # the tail itself is no earlier text

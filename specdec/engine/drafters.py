@@ -205,7 +205,7 @@ def continuation(
     tail = generated[-MATCH_LENGTH:]
     if len(tail) < MATCH_LENGTH:
         return []
-    start = _last_start(hypothesis, tail, len(hypothesis))
+    start = _last_start(hypothesis, tail, len(hypothesis) - 1)  # with something after it
     if start is not None:
         return hypothesis[start + MATCH_LENGTH :]
     decoded = list(earlier) + generated

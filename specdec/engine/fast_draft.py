@@ -117,7 +117,6 @@ class RestrictedProjection(nn.Module):
     def __init__(self, projection: nn.Linear, rows: torch.Tensor, int8: bool) -> None:
         super().__init__()
         self.vocab_size = projection.out_features
-        self.register_buffer("rows", rows, persistent=False)
         # each id's column in the subset's logits, or len(rows): a column of -inf appended to them
         columns = torch.full((self.vocab_size,), len(rows), dtype=torch.long)
         columns[rows] = torch.arange(len(rows))

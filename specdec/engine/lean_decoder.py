@@ -51,15 +51,17 @@ class LeanLayer:
     fc2: Projection
 
 
-_LAYERS: weakref.WeakKeyDictionary[nn.Module, list[LeanLayer]] = weakref.WeakKeyDictionary()
+# per model: the weights its LeanLayers were made from (see `_fingerprint`), and the LeanLayers
+_LAYERS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list[LeanLayer]]] = weakref.WeakKeyDictionary()
 
 
 def lean_layers(model: WhisperForConditionalGeneration) -> list[LeanLayer]:
-    """The model's decoder layers as LeanLayers, made on first use from the weights it has then (a draft's
-    weights do not change once tuned)."""
-    if model not in _LAYERS:
-        _LAYERS[model] = [_lean_layer(layer) for layer in model.model.decoder.layers]
-    return _LAYERS[model]
+    """The model's decoder layers as LeanLayers: made on first use, and again once its projections were
+    moved, cast, packed, replaced or changed in place."""
+    fingerprint = _fingerprint(model)
+    if model not in _LAYERS or _LAYERS[model][0] != fingerprint:
+        _LAYERS[model] = fingerprint, [_lean_layer(layer) for layer in model.model.decoder.layers]
+    return _LAYERS[model][1]
 
 
 class LeanDecoder(RowLengths):
@@ -196,6 +198,31 @@ def _lean_layer(layer: nn.Module) -> LeanLayer:
     )
 
 
+def _fingerprint(model: WhisperForConditionalGeneration) -> tuple:
+    """Each projection a LeanLayer holds: its class and its weight's storage (an int8 layer's packed
+    weights), so that any change to them shows."""
+
+    def mark(module: nn.Module) -> tuple:
+        if _is_int8(module):
+            return type(module), id(module._packed_params._packed_params)
+        weight = module.weight
+        return type(module), weight.data_ptr(), weight._version, weight.dtype, weight.device
+
+    return tuple(
+        mark(module)
+        for layer in model.model.decoder.layers
+        for attention in (layer.self_attn, layer.encoder_attn)
+        for module in (
+            attention.q_proj,
+            attention.k_proj,
+            attention.v_proj,
+            attention.out_proj,
+            layer.fc1,
+            layer.fc2,
+        )
+    )
+
+
 def _norm_of(module: nn.LayerNorm) -> Norm:
     return module.weight, module.bias, module.eps
 
@@ -235,7 +262,8 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
         return _int8_product(torch.ops.quantized.linear_prepack(weight, bias), modules[0])
     first = modules[0]
     with torch.no_grad():
-        fused = nn.Linear(
+        fused = nn.utils.skip_init(  # no random initialisation: it would draw from the global generator
+            nn.Linear,
             first.in_features,
             sum(module.out_features for module in modules),
             device=first.weight.device,
