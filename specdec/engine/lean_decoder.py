@@ -111,8 +111,7 @@ class LeanDecoder(RowLengths):
         with kernels.active():
             for i, layer in enumerate(self.layers):
                 hidden = self._layer(i, layer, hidden, index, mask, kv_length)
-            norm = decoder.layer_norm
-            logits = self.model.proj_out(_norm(hidden, (norm.weight, norm.bias, norm.eps)))
+            logits = self.model.proj_out(_norm(hidden, _norm_of(decoder.layer_norm)))
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
 
