@@ -3,7 +3,9 @@
 Files: soundfile (libsndfile) reads WAV, FLAC, OGG, MP3 and the like; any other file goes to ffmpeg
 through PyAV (`specdec.media`): m4a/AAC, webm/Opus, mp4, mkv, mov, ... A video gives its first audio
 stream. Both decoders feed the same block-by-block downmix and streaming resampler, and both check the
-length from the file's header (or container) before decoding, where it is recorded.
+length from the file's header (or container) before decoding, where it is recorded, and block by block
+while decoding, where it is not: a FLAC or WAV written to a pipe cannot go back to write its length
+(FLAC's STREAMINFO leaves the sample count at 0, "unknown"; a WAV's data size is 0 or a placeholder).
 
 Truncated files, as soundfile 0.14 / libsndfile 1.2.2 and PyAV 18 (ffmpeg 8) handle them: a readable
 prefix is accepted when the decoder yields one cleanly, anything else is an ``AudioError``.
@@ -35,6 +37,10 @@ MAX_SECONDS = 30.0  # one Whisper window: the limit of short-form decoding
 MAX_LONG_SECONDS = 4 * 3600.0  # long-form decoding (specdec.longform): a sane upper bound
 BLOCK_FRAMES = 1 << 16  # frames read from a file at a time, so that it is never decoded whole
 MAX_ARRAY_CHANNELS = 8  # an array with more "channels" than this has most likely been passed transposed
+UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's frame count for a file whose header does not know its length
+# A WAV data size at or above this is a streaming writer's placeholder, not a length: 0xFFFFFFFF (ffmpeg),
+# 0x7FFFF000 (sox), 0x7FFFFFFF (arecord). A cut-off WAV with over 2 GiB of data is read as its prefix.
+WAV_PLACEHOLDER_SIZE = 0x7FFFF000
 
 AudioSource = str | os.PathLike | np.ndarray | tuple[int, np.ndarray]
 
@@ -75,9 +81,12 @@ def recorded_seconds(path: str | os.PathLike) -> float | None:
     """A file's length as its header or container records it, without decoding it; None where it is not
     recorded or the file cannot be opened (decoding then says why)."""
     try:
-        return sf.info(str(path)).duration
+        info = sf.info(str(path))
     except (sf.SoundFileError, RuntimeError, OSError):
         pass
+    else:
+        frames = _header_frames(info.frames)
+        return None if frames is None else frames / info.samplerate
     try:
         with media.first_audio_stream(str(path)) as stream:
             return stream.seconds
@@ -87,21 +96,25 @@ def recorded_seconds(path: str | os.PathLike) -> float | None:
 
 def _read_file(path: Path, max_seconds: float | None) -> np.ndarray:
     """Decode a file with soundfile, or with ffmpeg when soundfile cannot open it, checking its length
-    from the header first."""
+    from the header first where the header knows it."""
     name = _checked_path(path)
     try:
         info = sf.info(name)
     except (sf.SoundFileError, RuntimeError, OSError) as err:
         return _read_media(name, max_seconds, _reason(err))
     _check_rate(name, info.samplerate)
-    # Reject long files from the header, before decoding them into memory.
-    _check_duration(name, info.frames, info.samplerate, max_seconds)
-    if info.format in ("WAV", "WAVEX"):
-        _check_wav_complete(name, path)
+    wav_size_known = info.format not in ("WAV", "WAVEX") or _check_wav_complete(name, path)
+    frames = _header_frames(info.frames)
+    if frames is None and (info.frames != 0 or not wav_size_known):
+        # A length the header does not know: libsndfile reads nothing (a WAV's data size of 0) or fails
+        # at the end (FLAC), ffmpeg reads to the end, the limit applied block by block.
+        return _read_media(name, max_seconds, "its header does not record its length")
+    if frames is not None:  # reject long files from the header, before decoding them into memory
+        _check_duration(name, frames, info.samplerate, max_seconds)
     try:
         with sf.SoundFile(name) as audio_file:
             blocks = audio_file.blocks(BLOCK_FRAMES, dtype="float32", always_2d=True)
-            return _blocks_to_whisper_input(name, blocks, info.samplerate, info.frames, max_seconds)
+            return _blocks_to_whisper_input(name, blocks, info.samplerate, frames, max_seconds)
     except (sf.SoundFileError, RuntimeError, OSError) as err:
         reason = _reason(err)
         raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
@@ -114,11 +127,11 @@ def _read_media(name: str, max_seconds: float | None, soundfile_reason: str) -> 
         with media.first_audio_stream(name) as stream:
             rate = stream.sample_rate
             _check_rate(name, rate)
-            expected = round(stream.seconds * rate) if stream.seconds else 0
+            expected = round(stream.seconds * rate) if stream.seconds else None
             if expected:
                 _check_duration(name, expected, rate, max_seconds)
             blocks = stream.blocks(BLOCK_FRAMES)
-            return _blocks_to_whisper_input(name, blocks, rate, expected or BLOCK_FRAMES, max_seconds)
+            return _blocks_to_whisper_input(name, blocks, rate, expected or None, max_seconds)
     except media.NotMedia as err:
         raise AudioError(
             f"{name}: not an audio file soundfile can decode ({soundfile_reason}) nor ffmpeg ({err})"
@@ -128,17 +141,24 @@ def _read_media(name: str, max_seconds: float | None, soundfile_reason: str) -> 
 
 
 def _blocks_to_whisper_input(
-    name: str, blocks: Iterable[np.ndarray], rate: int, expected_frames: int, max_seconds: float | None
+    name: str,
+    blocks: Iterable[np.ndarray],
+    rate: int,
+    expected_frames: int | None,
+    max_seconds: float | None,
 ) -> np.ndarray:
     """(frames, channels) blocks at the file's rate -> one 16 kHz mono float32 array.
 
     Never more than one block at the file's own rate is in memory besides the output: each block is
     downmixed and fed to a streaming resampler (the same samples as resampling the whole file at once).
-    A file longer than max_seconds is refused as soon as a block goes past it (its header may not say)."""
+    A file longer than max_seconds is refused as soon as a block goes past it (its header may not say:
+    expected_frames is None)."""
     resampler = None
     if rate != SAMPLE_RATE:
         resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-    output = _Output(math.ceil(expected_frames * SAMPLE_RATE / rate) + 64)
+    output = _Output(
+        BLOCK_FRAMES if expected_frames is None else math.ceil(expected_frames * SAMPLE_RATE / rate) + 64
+    )
     num_frames = 0
     for block in blocks:
         num_frames += len(block)
@@ -155,14 +175,15 @@ def _blocks_to_whisper_input(
 
 
 class _Output:
-    """A float32 array filled piece by piece; allocated once from the header's length."""
+    """A float32 array filled piece by piece; allocated once from the header's length, or grown as it
+    fills where the header does not know it."""
 
     def __init__(self, capacity: int) -> None:
         self.buffer = np.empty(capacity, np.float32)
         self.size = 0
 
     def append(self, piece: np.ndarray) -> None:
-        if self.size + len(piece) > len(self.buffer):  # a header that undercounts: grow (rare)
+        if self.size + len(piece) > len(self.buffer):  # no length known, or a header that undercounts
             self.buffer = np.concatenate(
                 [self.buffer, np.empty(max(len(piece), len(self.buffer) // 2), np.float32)]
             )
@@ -185,16 +206,22 @@ def _checked_path(path: Path) -> str:
     return name
 
 
-def _check_wav_complete(name: str, path: Path) -> None:
-    """Refuse a WAV file whose data chunk is shorter than its header says (a cut-off download or copy).
+def _header_frames(frames: int) -> int | None:
+    """The frame count soundfile found in a file's header, or None where the header does not know it."""
+    return frames if 0 < frames < UNKNOWN_FRAMES else None
+
+
+def _check_wav_complete(name: str, path: Path) -> bool:
+    """Refuse a WAV file whose data chunk is shorter than its header says (a cut-off download or copy);
+    True when the header gives the data's size, False when it does not.
 
     libsndfile quietly reads the samples present, so this reads the RIFF chunk headers itself (the
-    standard library's `wave` reads PCM only). A data size of 0 or 0xFFFFFFFF means "unknown" (a
-    recorder that never went back to write it) and is accepted."""
+    standard library's `wave` reads PCM only). A data size of 0 or a placeholder (`WAV_PLACEHOLDER_SIZE`)
+    means "unknown" (a recorder or pipe that never went back to write it) and is accepted."""
     size = path.stat().st_size
     with path.open("rb") as file:
         if file.read(12)[8:12] != b"WAVE":
-            return
+            return True
         byte_rate = 0
         while len(header := file.read(8)) == 8:
             chunk_id, chunk_size = header[:4], int.from_bytes(header[4:], "little")
@@ -202,15 +229,18 @@ def _check_wav_complete(name: str, path: Path) -> None:
                 byte_rate = int.from_bytes(file.read(16)[8:12], "little")
                 file.seek(chunk_size - 16 + chunk_size % 2, os.SEEK_CUR)
             elif chunk_id == b"data":
+                if chunk_size == 0 or chunk_size >= WAV_PLACEHOLDER_SIZE:
+                    return False
                 held = size - file.tell()
-                if byte_rate and chunk_size not in (0, 0xFFFFFFFF) and held < chunk_size:
+                if byte_rate and held < chunk_size:
                     raise AudioError(
                         f"{name}: the file is cut short: its header promises {chunk_size / byte_rate:.2f} s "
                         f"of audio but it holds {max(held, 0) / byte_rate:.2f} s"
                     )
-                return
+                return True
             else:
                 file.seek(chunk_size + chunk_size % 2, os.SEEK_CUR)
+    return True
 
 
 def _reason(err: Exception) -> str:
