@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specdec import subtitles
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, chosen_language
@@ -150,8 +151,8 @@ def response(asked: Asked, answer: Answer) -> Response:
     transcription = answer.speculative
     if asked.response_format == "json":
         return JSONResponse({"text": transcription.text})
-    if asked.response_format == "text":
-        return PlainTextResponse(transcription.to_text())
+    if asked.response_format == "text":  # OpenAI's: json's text whole, not a .txt file's one segment a line
+        return PlainTextResponse(subtitles.plain_text(transcription.text, None))
     if asked.response_format == "srt":
         return PlainTextResponse(transcription.to_srt())
     if asked.response_format == "vtt":
