@@ -2,9 +2,9 @@
 
 Every row is checked against `SpeculativeWhisper.transcribe` of its file alone (token ids), on the demo
 models and on the bundled real pair; unreadable files become error rows while the rest is transcribed; a
-run whose driver is killed resumes with every file exactly once; a run whose actor dies mid-batch
-completes with every file exactly once. The pure parts (listing, keys, the store, the resource plan) are
-tested without Ray.
+run whose driver is killed resumes with every file exactly once, a copy of a file that is done included;
+a run whose actor dies mid-batch completes with every file exactly once. The pure parts (listing, keys,
+the store, what a rerun reuses, the stderr filter, the resource plan) are tested without Ray.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,11 +25,13 @@ import pytest
 import soundfile as sf
 
 from specdec import cli
-from specdec.corpus.inputs import CorpusItem, list_inputs
+from specdec.corpus.inputs import CorpusItem, content_hash, list_inputs
 from specdec.corpus.pipeline import FAULT_KILL_ACTOR_ENV, plan_resources
-from specdec.corpus.rows import RunSettings, error_row
+from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
+from specdec.corpus.rows import DoneRows, RunSettings, error_row, row_key
 from specdec.corpus.run import CorpusOptions, transcribe_corpus
-from specdec.corpus.store import TRANSCRIPTS, CorpusStore, read_rows
+from specdec.corpus.store import SUMMARY, TRANSCRIPTS, CorpusStore, read_rows
+from specdec.corpus.summary import summarise
 from specdec.options import DecodeOptions
 
 ROOT = Path(__file__).parent.parent
@@ -124,9 +127,9 @@ def resumed_run(ray_address, demo_models, tmp_path_factory):
     driver.send_signal(signal.SIGKILL)
     stderr = driver.communicate()[1].decode()
     assert driver.returncode == -signal.SIGKILL, f"the run ended before it was killed: {stderr}"
-    killed = {"transcripts": (out / TRANSCRIPTS).exists()}
+    killed = {"transcripts": (out / TRANSCRIPTS).exists(), "stderr": stderr}
     with CorpusStore(out) as store:
-        killed["rows"] = store.rows()
+        killed["rows"] = {row["audio"]: row for row in store.rows()}
 
     marker = folder / "actor-killed"
     os.environ[FAULT_KILL_ACTOR_ENV] = str(marker)
@@ -182,12 +185,48 @@ def test_bad_files_become_error_rows_and_the_rest_is_transcribed(real_run):
 def test_a_killed_run_resumes_with_every_file_exactly_once(resumed_run):
     clips, killed, summary = resumed_run["clips"], resumed_run["killed"], resumed_run["summary"]
     assert not killed["transcripts"] and 1 <= len(killed["rows"]) < len(clips)
+    assert RAY_DATA_ACTOR_NOTICE.decode() not in killed["stderr"]  # the actors had started
     assert (summary.resumed, summary.transcribed) == (len(killed["rows"]), len(clips) - len(killed["rows"]))
     rows = resumed_run["rows"]
     assert_each_once(rows, clips)
     for row in rows:  # the killed run's rows are kept as they were written
-        assert row["key"] not in killed["rows"] or killed["rows"][row["key"]] == row
+        assert row["audio"] not in killed["rows"] or killed["rows"][row["audio"]] == row
     assert len(resumed_run["parts"]) == 1 and len(resumed_run["journal"]) == len(clips)  # compacted
+
+
+@pytest.mark.slow  # two runs of the command on the demo models
+def test_a_copy_of_a_done_file_gets_its_own_row_when_a_killed_run_resumes(
+    ray_address, demo_models, tmp_path, capsys
+):
+    clips = noise_clips(tmp_path / "in", [1.0, 1.5], seed=5)
+    copy = tmp_path / "in" / "copy-of-clip-0.wav"  # the same bytes as clip-0.wav, listed after it
+    shutil.copyfile(clips[0], copy)
+    paths = [os.path.abspath(path) for path in (*clips, copy)]
+    target, draft = str(demo_models["target"]), str(demo_models["draft-separate"])
+    decode = DecodeOptions(language="en", num_draft_tokens=5, max_new_tokens=MAX_NEW_TOKENS)
+    settings = RunSettings(target, draft, "cpu", "sequential", decode)  # as the command resolves them
+    key = row_key(content_hash(paths[0]), settings.digest(None))
+    planted = planted_row(paths[0], key)
+    out = tmp_path / "out"
+    with CorpusStore(out) as store:  # what a run killed after its first part leaves: that part, no more
+        store.append([planted])
+        (store.journal / ".part-x.jsonl.1.tmp").write_text('{"audio": "half')  # killed mid-write
+    command = [
+        "corpus", str(tmp_path / "in"), "--out", f"{out}/", "--target", target, "--draft", draft,
+        "--language", "en", "--num-draft-tokens", "5", "--max-new-tokens", str(MAX_NEW_TOKENS),
+        "--batch-size", "2", "--workers", "1", "--threads-per-worker", "1",
+    ]  # fmt: skip
+    for resumed, transcribed in ((2, 1), (3, 0)):  # the killed run resumed; then the finished one again
+        assert cli.main(command) == 0
+        assert capsys.readouterr().out.startswith(f"{out}/{TRANSCRIPTS}: 3 rows\n")  # no "//"
+        rows = read_rows(out / TRANSCRIPTS)
+        assert [row["audio"] for row in rows] == paths
+        assert rows[0] == planted and rows[2] == {**planted, "audio": paths[2]}  # lent, not decoded
+        assert rows[1]["error"] is None and rows[1]["text"] != planted["text"]
+        summary = json.loads((out / SUMMARY).read_text())
+        assert (summary["resumed"], summary["transcribed"]) == (resumed, transcribed)
+        with CorpusStore(out) as store:
+            assert sorted(row["audio"] for row in store.rows()) == sorted(paths)
 
 
 @pytest.mark.slow  # the same runs as above
@@ -249,9 +288,56 @@ def test_the_store_reads_whole_rows_newest_first_and_locks_its_folder(tmp_path):
         store.append([error_row("a.wav", "old", "k1"), error_row("b.wav", "b", None)])
         store.append([error_row("a.wav", "new", "k1")])
         (store.journal / ".part-x.jsonl.1.tmp").write_text('{"key": "half')  # a crash mid-write
-        assert {key: row["error"] for key, row in store.rows().items()} == {"k1": "new"}
+        assert [(row["audio"], row["error"]) for row in store.rows()] == [("a.wav", "new")]
         with pytest.raises(ValueError, match="another corpus run"):
             CorpusStore(tmp_path)
+
+
+def planted_row(path: str, key: str) -> dict:
+    """A transcript no model gives, as a run would have written it for path."""
+    stats = {"num_generated": 3, "num_target_passes": 2, "num_drafted": 4, "num_accepted": 2}
+    return {
+        "audio": path, "duration_seconds": 1.0, "language": "en", "text": " planted", "segments": None,
+        "token_ids": [1, 2, 3], "stats": stats, "error": None, "key": key,
+    }  # fmt: skip
+
+
+def test_the_store_keeps_a_row_per_path_when_files_have_the_same_bytes(tmp_path):
+    with CorpusStore(tmp_path) as store:
+        rows = [planted_row("a.wav", "k1"), planted_row("copy-of-a.wav", "k1")]
+        store.append(rows)
+        store.append(rows)  # as a run killed while compacting leaves the journal: each row twice
+        assert store.rows() == rows
+        store.finish(rows, summarise(rows, [True, True], 1.0))
+        assert store.rows() == rows and len(list(store.journal.glob("part-*.jsonl"))) == 1
+
+
+def test_a_rerun_keeps_each_paths_row_and_lends_transcripts_only_to_the_same_bytes():
+    transcript, failed = planted_row("a.wav", "k1"), error_row("bad.wav", "bad.wav: not audio", "k2")
+    done = DoneRows([transcript, failed])
+    index = done.index()
+    assert index.is_done("a.wav", "k1") and done.row("a.wav", "k1") == transcript
+    lent = done.row("copy.wav", "k1")
+    assert index.is_done("copy.wav", "k1") and lent == {**transcript, "audio": "copy.wav"}
+    assert done.holds(transcript) and not done.holds(lent)  # the copy's row is new to the journal
+    assert index.is_done("bad.wav", "k2") and not index.is_done("copy-of-bad.wav", "k2")  # decoded again
+    assert not index.is_done("a.wav", "k3")  # other bytes, or other options
+    retry = DoneRows([transcript, failed], retry_errors=True).index()
+    assert retry.is_done("a.wav", "k1") and not retry.is_done("bad.wav", "k2")
+
+
+def test_stderr_loses_only_the_notice_about_ray_datas_actor_arguments(capfd):
+    notice = b"[E core_worker.cc:1] Actor 'MapWorker' " + RAY_DATA_ACTOR_NOTICE + b". See ...\n"
+    with stderr_without(RAY_DATA_ACTOR_NOTICE) as terminal:
+        os.write(2, b"before\n" + notice + b"[E core_worker.cc:2] a real error\n")  # as C++ writes
+        print("a warning", file=sys.stderr)
+        os.write(2, b"no newline")
+        terminal.write("progress\n")
+    os.write(2, b"\nafter\n")
+    err = capfd.readouterr().err
+    assert err.count("\n") == 6 and RAY_DATA_ACTOR_NOTICE.decode() not in err
+    for expected in ("before", "a real error", "a warning", "no newline", "progress", "after"):
+        assert expected in err
 
 
 def test_the_actor_pool_leaves_cpu_to_the_read_tasks():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from specdec.corpus.inputs import list_inputs
 from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus
@@ -21,7 +22,8 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
         help="transcribe a folder, glob or manifest of audio files on Ray (local, or a cluster); resumable",
         description="Transcribe many files with Ray Data: read tasks, an actor pool of model pairs, one "
         f"JSONL row per file in OUT/{TRANSCRIPTS} and the figures in OUT/{SUMMARY}. A rerun with the same "
-        "options skips the files already done (by content hash), so a killed run resumes.",
+        "options skips the files already done (one row per path; the content hash lets a copy of a file "
+        "already done reuse its transcript), so a killed run resumes.",
     )
     corpus.add_argument(
         "input", help="a folder (searched recursively), a glob, or a CSV/JSONL manifest with a path column "
@@ -86,6 +88,6 @@ def run_corpus_command(args: argparse.Namespace) -> Summary | None:
     except CorpusError as error:
         print(f"specdec: error: {error}", file=sys.stderr)
         return None
-    print(f"{args.out}/{TRANSCRIPTS}: {summary.files} rows")
+    print(f"{Path(args.out) / TRANSCRIPTS}: {summary.files} rows")
     print(summary.report())
     return summary

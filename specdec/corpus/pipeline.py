@@ -1,10 +1,10 @@
 """The corpus pipeline on Ray Data: list -> read (Ray tasks) -> decode (an actor pool) -> write (the driver).
 
-Read tasks (`reading`) hash each file, skip it if the output folder holds its row, else decode and
-resample its audio; an unreadable file becomes an error row there. Each actor loads the model pair once
-and decodes batches of files as `SpeculativeWhisper.transcribe` does (clips up to 30 s together as one
-batch, longer ones long-form one by one), so every row is that file's transcript decoded alone. The
-driver (`run`) writes each batch's rows to the store as they arrive.
+Read tasks (`reading`) hash each file, skip it if the output folder has a row for it (`rows.DoneRows`),
+else decode and resample its audio; an unreadable file becomes an error row there. Each actor loads the
+model pair once and decodes batches of files as `SpeculativeWhisper.transcribe` does (clips up to 30 s
+together as one batch, longer ones long-form one by one), so every row is that file's transcript decoded
+alone. The driver (`run`) writes each batch's rows to the store as they arrive.
 
 An actor that dies is restarted and its batch retried (Ray Data's default for actor pools: without
 limit); a file whose decoding raises becomes an error row, never a crash of the run.
@@ -25,7 +25,7 @@ from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE
 from specdec.corpus.inputs import CorpusItem
 from specdec.corpus.reading import READ_TASK_CPUS, read_audio
-from specdec.corpus.rows import RunSettings, error_row, transcription_row
+from specdec.corpus.rows import DoneIndex, RunSettings, error_row, transcription_row
 from specdec.longform import is_long
 
 MIN_WORKER_CPUS = 0.1
@@ -156,7 +156,7 @@ class Transcriber:
 def build_dataset(
     items: list[CorpusItem],
     digests: list[str],
-    done_keys: frozenset[str],
+    done: DoneIndex,
     settings: RunSettings,
     resources: Resources,
     batch_size: int,
@@ -169,7 +169,7 @@ def build_dataset(
         for i, (item, digest) in enumerate(zip(items, digests, strict=True))
     ]
     dataset = ray.data.from_items(records, override_num_blocks=min(len(records), MAX_READ_BLOCKS))
-    dataset = dataset.map(read_audio, fn_kwargs={"done_keys": done_keys}, num_cpus=READ_TASK_CPUS)
+    dataset = dataset.map(read_audio, fn_kwargs={"done": done}, num_cpus=READ_TASK_CPUS)
     return dataset.map_batches(
         Transcriber,
         fn_constructor_kwargs={

@@ -12,14 +12,14 @@ import numpy as np
 
 from specdec.audio import MAX_LONG_SECONDS, AudioError, load_audio
 from specdec.corpus.inputs import content_hash
-from specdec.corpus.rows import error_row, row_key
+from specdec.corpus.rows import DoneIndex, error_row, row_key
 
 READ_TASK_CPUS = 0.5  # a read task's claim: actors leave at least this much of each node to reading
 
 
-def read_audio(item: dict, done_keys: frozenset[str]) -> dict:
-    """A read task: the file's key, and its 16 kHz waveform unless it is done or unreadable (then its
-    error row, as JSON, in "row")."""
+def read_audio(item: dict, done: DoneIndex) -> dict:
+    """A read task: the file's key, and its 16 kHz waveform unless it is done (the driver has its row)
+    or unreadable (then its error row, as JSON, in "row")."""
     path, digest = item["path"], item["digest"]
     found = {**item, "key": "", "resumed": False, "row": "", "waveform": np.zeros(0, np.float32)}
     try:
@@ -30,7 +30,7 @@ def read_audio(item: dict, done_keys: frozenset[str]) -> dict:
             **found,
             "row": json.dumps(error_row(path, f"{path}: could not read the file ({reason})", None)),
         }
-    if found["key"] in done_keys:
+    if done.is_done(path, found["key"]):
         return {**found, "resumed": True}
     try:
         waveform = load_audio(path, max_seconds=MAX_LONG_SECONDS)

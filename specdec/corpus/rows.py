@@ -1,11 +1,13 @@
-"""A corpus run's output rows, and the key that tells a rerun a file is done.
+"""A corpus run's output rows, and what tells a rerun a file is done.
 
 A row is `{audio, duration_seconds, language, text, segments, token_ids, stats, error, key}`: a
-transcript (error None) or an error (the transcript fields None). The key is the file's content hash and
-a digest of everything else that decides its transcript (models, device, decoding options with the
-file's language, long-form mode), so a rerun with the same options skips the file wherever it lies
-now, and a rerun with other options transcribes it again. The batch size and the number of workers
-are not in it: they never change a transcript.
+transcript (error None) or an error (the transcript fields None). Rows belong to paths: every input
+path gets its own row. The key is the file's content hash and a digest of everything else that decides
+its transcript (models, device, decoding options with the file's language, long-form mode): a rerun
+with the same options keeps a path's row whose key still matches, lends a transcript of the same bytes
+made under another path (a copy, or the file before it moved) to this path without decoding it again,
+and transcribes anything else. The batch size and the number of workers are not in the key: they never
+change a transcript.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,3 +97,39 @@ def error_row(audio: str, error: str, key: str | None, duration_seconds: float |
         "error": error,
         "key": key,
     }
+
+
+@dataclass(frozen=True)
+class DoneIndex:
+    """What a read task needs to know to skip a file: small, since every read task gets a copy."""
+
+    keys: frozenset[str]  # keys with a transcript: done under any path (same bytes, same settings)
+    failed: frozenset[tuple[str, str]]  # (path, key) of error rows: done under that path only
+
+    def is_done(self, path: str, key: str) -> bool:
+        return key in self.keys or (path, key) in self.failed
+
+
+class DoneRows:
+    """The rows earlier runs left in the output folder, as a rerun reuses them: a path's own row when its
+    key still matches; else a transcript of the same bytes and settings made under another path, given
+    this path as its audio. An error row is not lent to another path: its message names its own file."""
+
+    def __init__(self, rows: Iterable[dict], retry_errors: bool = False) -> None:
+        self.by_file = {
+            (row["audio"], row["key"]): row for row in rows if not (retry_errors and row["error"] is not None)
+        }
+        self.transcripts = {key: row for (_, key), row in self.by_file.items() if row["error"] is None}
+
+    def index(self) -> DoneIndex:
+        failed = frozenset(file for file, row in self.by_file.items() if row["error"] is not None)
+        return DoneIndex(frozenset(self.transcripts), failed)
+
+    def row(self, path: str, key: str) -> dict:
+        """The row of a file that `index` says is done."""
+        own = self.by_file.get((path, key))
+        return own if own is not None else {**self.transcripts[key], "audio": path}
+
+    def holds(self, row: dict) -> bool:
+        """Whether the output folder already has this row under its own path."""
+        return (row["audio"], row["key"]) in self.by_file

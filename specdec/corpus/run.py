@@ -11,10 +11,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from specdec.corpus.inputs import CorpusItem
 from specdec.corpus.pipeline import Resources, build_dataset, plan_resources
-from specdec.corpus.rows import RunSettings
+from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
+from specdec.corpus.rows import DoneRows, RunSettings
 from specdec.corpus.store import CorpusStore
 from specdec.corpus.summary import Summary, summarise
 from specdec.longform import check_mode
@@ -56,46 +58,41 @@ def transcribe_corpus(
     address: str | None = None,
     progress: bool = True,
 ) -> Summary:
-    """Transcribe every item into out_dir (`store`), skipping those already there, on the Ray cluster at
-    address (None: RAY_ADDRESS, else a local one started and stopped here; a process already connected
-    to Ray uses its session). Raises CorpusError if Ray stops the run."""
+    """Transcribe every item into out_dir (`store`), one row per item, skipping those already there, on
+    the Ray cluster at address (None: RAY_ADDRESS, else a local one started and stopped here; a process
+    already connected to Ray uses its session). Raises CorpusError if Ray stops the run."""
     start = time.perf_counter()
-    with CorpusStore(out_dir) as store, ray_session(address):
+    with CorpusStore(out_dir) as store, ray_session(address) as stderr:
         settings, resources = _plan(options, local=not (address or os.environ.get("RAY_ADDRESS")))
-        done = store.rows()
-        if options.retry_errors:
-            done = {key: row for key, row in done.items() if row["error"] is None}
+        done = DoneRows(store.rows(), retry_errors=options.retry_errors)
         digests = [settings.digest(item.language) for item in items]
-        dataset = build_dataset(
-            list(items), digests, frozenset(done), settings, resources, options.batch_size
-        )
+        dataset = build_dataset(list(items), digests, done.index(), settings, resources, options.batch_size)
         rows: list[dict | None] = [None] * len(items)
-        decoded: set[str] = set()
-        with contextlib.closing(_Progress(len(items), progress)) as bar:
+        made_now = [False] * len(items)  # decoded (or failed to read) in this run, not taken from out_dir
+        with contextlib.closing(_Progress(len(items), progress, stderr)) as bar:
             try:
                 for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-                    fresh = []
-                    for index, key, row_json in zip(batch["index"], batch["key"], batch["row"], strict=True):
-                        row = json.loads(row_json) if row_json else done[str(key)]
-                        rows[int(index)] = row
-                        if row_json:
-                            fresh.append(row)
-                            decoded.add(row["key"])
-                    store.append(fresh)
-                    bar.advance(len(batch["index"]), fresh)
+                    indices = [int(index) for index in batch["index"]]
+                    for i, key, row_json in zip(indices, batch["key"], batch["row"], strict=True):
+                        made_now[i] = bool(row_json)
+                        rows[i] = json.loads(row_json) if row_json else done.row(items[i].path, str(key))
+                    # new to the journal: the rows made now, and transcripts lent from another path
+                    store.append([rows[i] for i in indices if not done.holds(rows[i])])
+                    bar.advance(len(indices), [rows[i] for i in indices if made_now[i]])
             except Exception as error:  # Ray's own exceptions: an actor that cannot start, a lost node
                 raise CorpusError(_stopped(_last_line(error), out_dir)) from error
         if None in rows:  # never expected of Ray Data; refuse to write a summary with files missing
             raise CorpusError(_stopped(f"{rows.count(None)} files came back without a row", out_dir))
-        summary = summarise(rows, decoded, time.perf_counter() - start)
+        summary = summarise(rows, made_now, time.perf_counter() - start)
         store.finish(rows, summary)
     return summary
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None) -> Iterator[None]:
+def ray_session(address: str | None) -> Iterator[TextIO]:
     """Ray for the length of a run: joined at address (or RAY_ADDRESS), else started here and stopped
-    after; quiet (no dashboard, workers' output kept in Ray's logs, no progress bars of Ray Data's)."""
+    after; quiet (no dashboard, workers' output kept in Ray's logs, no progress bars of Ray Data's, no
+    notice about Ray Data's own actor arguments: `quiet`). Yields the real stderr, for the run's bar."""
     import ray
     import ray.data
 
@@ -103,14 +100,15 @@ def ray_session(address: str | None) -> Iterator[None]:
     context.enable_progress_bars = False  # the run has its own bar, in files
     context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.ERROR)
-    if ray.is_initialized():
-        yield
-        return
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    started = not ray.is_initialized()
+    if started:  # before the filter: the processes Ray starts keep the real stderr
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
-        yield
+        with stderr_without(RAY_DATA_ACTOR_NOTICE) as stderr:
+            yield stderr
     finally:
-        ray.shutdown()
+        if started:
+            ray.shutdown()
 
 
 def _plan(options: CorpusOptions, local: bool) -> tuple[RunSettings, Resources]:
@@ -155,10 +153,11 @@ class _Progress:
     """A tqdm bar in files on stderr (none when stderr is not a terminal, or when not enabled), with the
     hours of audio transcribed in this run and the failures so far."""
 
-    def __init__(self, total: int, enabled: bool) -> None:
+    def __init__(self, total: int, enabled: bool, stderr: TextIO) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, unit="file", desc="corpus", disable=None if enabled else True)
+        disable = None if enabled else True  # None: shown on a terminal only
+        self.bar = tqdm(total=total, unit="file", desc="corpus", file=stderr, disable=disable)
         self.audio_seconds, self.failures = 0.0, 0
 
     def advance(self, files: int, fresh: list[dict]) -> None:

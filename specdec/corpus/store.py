@@ -6,9 +6,10 @@ never leaves half of one.
     DIR/transcripts.jsonl   one row per input file, in input order, written the same way at the end
     DIR/summary.json        the run's figures, likewise
 
-A rerun reads the journal back (the newest row of each key wins) and skips what it holds. At the end of
-a run the journal is compacted into one part: the new part is in place before the old ones go, so a crash
-in between leaves duplicates, which the next read folds together. One run at a time may write a folder.
+A rerun reads the journal back (the newest row of each path and key wins) and skips what it holds
+(`rows.DoneRows`). At the end of a run the journal is compacted into one part: the new part is in place
+before the old ones go, so a crash in between leaves duplicates, which the next read folds together. One
+run at a time may write a folder.
 """
 
 from __future__ import annotations
@@ -51,15 +52,16 @@ class CorpusStore:
     def close(self) -> None:
         self._lock.close()  # releases the lock
 
-    def rows(self) -> dict[str, dict]:
-        """Every row in the journal that has a key, by key (the newest of each)."""
-        found: dict[str, dict] = {}
+    def rows(self) -> list[dict]:
+        """Every row in the journal that has a key: the newest of each path and key (two paths with the
+        same bytes have a row each)."""
+        found: dict[tuple[str, str], dict] = {}
         for part in self._parts():
             for line in part.read_text(encoding="utf-8").splitlines():
                 row = json.loads(line)
                 if row.get("key"):
-                    found[row["key"]] = row
-        return found
+                    found[row["audio"], row["key"]] = row
+        return list(found.values())
 
     def append(self, rows: Sequence[dict]) -> None:
         """Add rows to the journal as one new part (nothing, for no rows)."""
@@ -73,7 +75,7 @@ class CorpusStore:
         write_atomically(self.folder / TRANSCRIPTS, _jsonl(rows))
         write_atomically(self.folder / SUMMARY, json.dumps(summary.to_dict(), indent=1) + "\n")
         old_parts = self._parts()
-        self.append(list(self.rows().values()))
+        self.append(self.rows())
         for part in old_parts:
             part.unlink()
 

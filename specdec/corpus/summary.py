@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -13,7 +13,7 @@ class Summary:
 
     files: int  # in the input
     transcribed: int  # decoded in this run
-    resumed: int  # already in the output folder: skipped
+    resumed: int  # already in the output folder, or the same bytes under another path: not decoded
     failures: int  # error rows, this run's and resumed ones
     total_audio_hours: float  # every transcribed file, this run's and resumed ones
     audio_hours: float  # the files decoded in this run
@@ -64,9 +64,10 @@ class Summary:
         )
 
 
-def summarise(rows: Sequence[dict], decoded_keys: Collection[str], wall_seconds: float) -> Summary:
-    """The summary of a run's rows (one per input file); decoded_keys: the rows decoded in this run."""
-    fresh = [row for row in rows if row["error"] is None and row["key"] in decoded_keys]
+def summarise(rows: Sequence[dict], made_now: Sequence[bool], wall_seconds: float) -> Summary:
+    """The summary of a run's rows (one per input file); made_now: for each row, whether this run made it
+    (decoded, or failed to read) rather than taking it from the output folder."""
+    fresh = [row for row, now in zip(rows, made_now, strict=True) if now and row["error"] is None]
     done = [row for row in rows if row["error"] is None]
 
     def total(name: str) -> int:
@@ -75,7 +76,7 @@ def summarise(rows: Sequence[dict], decoded_keys: Collection[str], wall_seconds:
     return Summary(
         files=len(rows),
         transcribed=len(fresh),
-        resumed=sum(row["key"] is not None and row["key"] not in decoded_keys for row in rows),
+        resumed=sum(not now for now in made_now),
         failures=sum(row["error"] is not None for row in rows),
         total_audio_hours=sum(row["duration_seconds"] for row in done) / 3600,
         audio_hours=sum(row["duration_seconds"] for row in fresh) / 3600,
