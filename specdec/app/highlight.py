@@ -4,6 +4,10 @@ Each kept token carries its trace label (accepted draft token, target correction
 token); before every correction come the draft tokens the target rejected at that step, labelled
 `rejected`, so a viewer sees what the draft proposed and where it went wrong. Timestamps are shown in
 seconds of the whole file (each token's window says where its 30 s begin).
+
+Whisper's tokens are byte-level: a Thai, Devanagari or CJK character or an emoji may be split over
+several tokens, none of which is text on its own. The pieces of one character are shown as one span,
+coloured by its worst piece (`SEVERITY`).
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, DecodeResult
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, DecodeResult, Step, TokenRecord
 from specdec.whisper.tokens import TIMESTAMP_SECONDS
 
 REJECTED = "rejected"  # drafted, refused by the target, not in the output
 END_OF_TEXT = "⟨end⟩"
+UNFINISHED = "…"  # a rejected draft that stops inside a character: the rest of it was never proposed
+# kept labels from best to worst: a character split over tokens of several labels takes the worst one
+# (a correction anywhere in it means the draft got it wrong; a target token, that it was not drafted)
+SEVERITY = (ACCEPTED, BONUS, TARGET, CORRECTED)
 
 COLOURS = {
     ACCEPTED: "#b7ebc0",
@@ -57,26 +65,58 @@ class TokenSpan:
 
 
 def token_spans(result: DecodeResult, tokenizer, timestamp_begin: int) -> list[TokenSpan]:
-    """Kept tokens in order (and end-of-text), with each step's rejected drafts before its correction."""
+    """Kept characters in order (and end-of-text), with each step's rejected drafts before its correction.
+
+    A span is one token, or the tokens one character is split over (labelled by the worst of them)."""
     steps = {step.index: step for step in result.steps}
     window_starts = {window.index: window.start_seconds for window in result.windows}
     shown = [r for r in result.tokens if r.kept or r.token_id == tokenizer.eos_token_id]
     kept = [record for record in shown if record.kept]
     offsets = [window_starts.get(record.window, 0.0) for record in kept]
-    texts = token_texts([record.token_id for record in kept], tokenizer, timestamp_begin, offsets)
-    spans, kept_texts = [], iter(texts)
+    groups = iter(character_groups([record.token_id for record in kept], tokenizer, timestamp_begin, offsets))
+    spans: list[TokenSpan] = []
+    pieces: list[TokenRecord] = []  # the kept tokens of the character being read
     for record in shown:
-        if record.label == CORRECTED:
-            step = steps[record.step]
-            offset = [window_starts.get(step.window, 0.0)]
-            for token_id in step.drafted[step.n_accepted :]:
-                draft_text = token_texts([token_id], tokenizer, timestamp_begin, offset)[0]
-                spans.append(TokenSpan(draft_text, REJECTED, record.step, None, None))
-        text = next(kept_texts) if record.kept else END_OF_TEXT
-        spans.append(
-            TokenSpan(text, record.label, record.step, record.target_prob, record.draft_prob, record.kept)
-        )
+        if not record.kept:  # end-of-text
+            if record.label == CORRECTED:
+                spans += _rejected_spans(steps[record.step], [], tokenizer, timestamp_begin, window_starts)
+            probs = record.target_prob, record.draft_prob
+            spans.append(TokenSpan(END_OF_TEXT, record.label, record.step, *probs, kept=False))
+            continue
+        if not pieces:
+            size, text = next(groups)
+        pieces.append(record)
+        if len(pieces) < size:
+            continue
+        for index, piece in enumerate(pieces):
+            if piece.label == CORRECTED:  # the draft's rejected tokens went from the pieces before it
+                before = [earlier.token_id for earlier in pieces[:index]]
+                spans += _rejected_spans(steps[piece.step], before, tokenizer, timestamp_begin, window_starts)
+        worst = max(pieces, key=lambda piece: SEVERITY.index(piece.label))
+        spans.append(TokenSpan(text, worst.label, worst.step, worst.target_prob, worst.draft_prob))
+        pieces = []
     return spans
+
+
+def _rejected_spans(
+    step: Step, before: list[int], tokenizer, timestamp_begin: int, window_starts: dict[int, float]
+) -> list[TokenSpan]:
+    """A step's rejected draft tokens, one span per character. `before`: the kept tokens of a character the
+    draft went on inside, shown again with its rejected bytes (the draft proposed another character); a
+    draft that stops inside a character ends with UNFINISHED."""
+    rejected = list(step.drafted[step.n_accepted :])
+    if not rejected:
+        return []
+    token_ids = before + rejected
+    offsets = [window_starts.get(step.window, 0.0)] * len(token_ids)
+    texts, read = [], 0
+    for size, text in character_groups(token_ids, tokenizer, timestamp_begin, offsets):
+        read += size
+        if read > len(before):  # not the kept bytes alone (a draft that starts a character of its own)
+            texts.append(text)
+    if texts[-1].endswith("\ufffd"):
+        texts[-1] = texts[-1].removesuffix("\ufffd") + UNFINISHED
+    return [TokenSpan(text, REJECTED, step.index, None, None) for text in texts]
 
 
 def highlighted_pairs(spans: list[TokenSpan]) -> list[tuple[str, str]]:
@@ -87,33 +127,48 @@ def highlighted_pairs(spans: list[TokenSpan]) -> list[tuple[str, str]]:
 def token_texts(
     token_ids: list[int], tokenizer, timestamp_begin: int, offsets: Sequence[float] | None = None
 ) -> list[str]:
-    """Each token's share of the decoded text; a character split over byte tokens goes to its last token.
-
-    Timestamps and other special tokens are shown as ⟨marks⟩ (a draft may propose any of them); a
-    timestamp is shown `offsets[i]` seconds later (its window's start in the file), if given.
-    """
+    """Each token's share of the decoded text; a character split over byte tokens goes to its last token."""
     texts: list[str] = []
+    for size, text in character_groups(token_ids, tokenizer, timestamp_begin, offsets):
+        texts += [""] * (size - 1) + [text]
+    return texts
+
+
+def character_groups(
+    token_ids: list[int], tokenizer, timestamp_begin: int, offsets: Sequence[float] | None = None
+) -> list[tuple[int, str]]:
+    """The tokens in runs whose text is whole characters: (number of tokens, text) for each run; the texts
+    joined are the decoded text.
+
+    A run goes on while its text ends inside a character (however many tokens that takes) and the next
+    token continues it; bytes that never make a character are shown as the decoder gives them, "\ufffd",
+    as they are in the decoded text. Timestamps and other special tokens are runs of their own, shown as
+    ⟨marks⟩ (a draft may propose any of them); a timestamp is shown `offsets[i]` seconds later (its
+    window's start in the file), if given.
+    """
+    groups: list[tuple[int, str]] = []
     pending: list[int] = []  # text tokens whose characters are not complete yet
     for i, token_id in enumerate(token_ids):
         if token_id >= timestamp_begin or token_id in tokenizer.all_special_ids:
+            if pending:
+                groups.append((len(pending), _decode(pending, tokenizer)))
             offset = 0.0 if offsets is None else offsets[i]
-            texts += _flush(pending, tokenizer) + [_mark(token_id, tokenizer, timestamp_begin, offset)]
+            groups.append((1, _mark(token_id, tokenizer, timestamp_begin, offset)))
             pending = []
             continue
+        if pending and not _decode([token_id], tokenizer).startswith("\ufffd"):
+            # it starts with a character of its own, so it cannot finish the pending one: bytes left
+            # unfinished (a model may end a character early) are a run of their own, "\ufffd"
+            groups.append((len(pending), _decode(pending, tokenizer)))
+            pending = []
         pending.append(token_id)
         text = _decode(pending, tokenizer)
-        if text.endswith("\ufffd") and len(pending) < 4:  # an incomplete UTF-8 character so far
-            continue
-        texts += _flush(pending, tokenizer, text)
-        pending = []
-    return texts + _flush(pending, tokenizer)
-
-
-def _flush(pending: list[int], tokenizer, text: str | None = None) -> list[str]:
-    """The pending tokens' texts: all of it (`text` if already decoded) on the last one, "" before."""
-    if not pending:
-        return []
-    return [""] * (len(pending) - 1) + [_decode(pending, tokenizer) if text is None else text]
+        if not text.endswith("\ufffd"):  # else an incomplete UTF-8 character so far
+            groups.append((len(pending), text))
+            pending = []
+    if pending:
+        groups.append((len(pending), _decode(pending, tokenizer)))
+    return groups
 
 
 def _mark(token_id: int, tokenizer, timestamp_begin: int, offset: float = 0.0) -> str:
