@@ -22,34 +22,49 @@ import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-from specdec.api import SpeculativeWhisper, Transcription  # noqa: E402
-from specdec.audio import AudioError, load_audio  # noqa: E402
+# Only what the parser needs is imported here, so that `--help` answers at once; each command imports
+# torch, transformers, Ray and the models when it runs.
 from specdec.corpus.command import add_corpus_parser, run_corpus_command  # noqa: E402
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import TASKS, DecodeOptions  # noqa: E402
-from specdec.streaming.playback import StreamSummary, stream_audio, summarise  # noqa: E402
-from specdec.streaming.session import StreamOptions, Update  # noqa: E402
 from specdec.subtitles import FORMATS  # noqa: E402
 from specdec.trace import DecodeResult, Step  # noqa: E402
-from specdec.whisper.models import PairError  # noqa: E402
+
+if TYPE_CHECKING:
+    from specdec.api import SpeculativeWhisper, Transcription
+    from specdec.streaming.playback import StreamSummary
+    from specdec.streaming.session import StreamOptions, Update
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
 EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def __getattr__(name: str) -> type:
+    """`SpeculativeWhisper`, imported on first use (PEP 562) and read by the commands from here, so that a
+    caller (a test) can hand them a pair already loaded."""
+    if name == "SpeculativeWhisper":
+        from specdec.api import SpeculativeWhisper
+
+        return SpeculativeWhisper
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "specdec") -> int:
+    """Run one command (`argv`: the arguments after the program name); its exit status. `prog` names the
+    program in usage and argparse's errors (`python -m specdec` when run as a module)."""
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     try:
         return args.command(args)
-    except (PairError, ValueError, OSError) as error:
+    except (ValueError, OSError) as error:  # a model pair that does not fit (PairError) is a ValueError
         print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_SETUP
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specdec", description="Lossless speculative Whisper")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Lossless speculative Whisper")
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -143,15 +158,21 @@ def _model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--draft", default="auto", help=help_text)
 
 
+def _load_pair(args: argparse.Namespace) -> SpeculativeWhisper:
+    """The draft and target models a command asks for (torch and transformers load here)."""
+    pair = sys.modules[__name__].SpeculativeWhisper  # this module's attribute: see __getattr__
+    return pair(draft_model=args.draft, final_model=args.target, device=args.device)
+
+
 def _import_ct2(args: argparse.Namespace) -> int:
-    from specdec.whisper.ct2 import import_ct2  # heavy; only this command needs it
+    from specdec.whisper.ct2 import import_ct2
 
     print(import_ct2(args.src, args.out))
     return 0
 
 
 def _demo_models(args: argparse.Namespace) -> int:
-    from specdec.whisper.demo import build_demo_models  # heavy; only this command needs it
+    from specdec.whisper.demo import build_demo_models
 
     for name, path in build_demo_models(args.out_dir, seed=args.seed).items():
         print(f"{name}: {path}")
@@ -166,6 +187,10 @@ def _corpus(args: argparse.Namespace) -> int:
 
 def _stream(args: argparse.Namespace) -> int:
     """Play a file as a live stream: committed text as it grows, then the final text and the figures."""
+    from specdec.audio import AudioError, load_audio
+    from specdec.streaming.playback import stream_audio, summarise
+    from specdec.streaming.session import StreamOptions
+
     if args.chunk <= 0:
         raise ValueError(f"--chunk must be positive, not {args.chunk:g}")
     options = StreamOptions(
@@ -176,7 +201,7 @@ def _stream(args: argparse.Namespace) -> int:
     except AudioError as error:
         print(f"specdec: error: {_one_line(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
+    whisper = _load_pair(args)
     whisper.warm_up()  # as a live app would before opening the microphone: no first-call costs in latency
     live = sys.stdout.isatty()
     updates: list[Update] = []
@@ -234,6 +259,8 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
 
 
 def _transcribe(args: argparse.Namespace) -> int:
+    from specdec.audio import AudioError
+
     options = DecodeOptions(
         language=args.language,
         task=args.task,
@@ -247,7 +274,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
     )
     formats = output_formats(args)  # before the models load, so that a bad choice fails at once
-    whisper = SpeculativeWhisper(draft_model=args.draft, final_model=args.target, device=args.device)
+    whisper = _load_pair(args)
     if args.compare:
         whisper.warm_up()
     exit_code = 0

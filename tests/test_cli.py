@@ -1,6 +1,6 @@
-"""The command-line contract: the first test runs `python -m specdec` as a user runs it (a subprocess, so
-the entry point and its exit status); the rest call the same `main(argv)` in-process (no interpreter
-start-up per test)."""
+"""The command-line contract: the first tests run `python -m specdec` as a user runs it (a subprocess, so
+the entry point, its exit status and what it imports); the rest call the same `main(argv)` in-process (no
+interpreter start-up per test)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,40 @@ import soundfile as sf
 
 from specdec import cli
 
+# what a command loads when it runs; asking for help loads none of them
+HEAVY_LIBRARIES = ("torch", "transformers", "gradio", "ray", "silero_vad", "plotly", "pandas", "scipy")
+# `python -m specdec ... --help` for each command, in one interpreter, then the heavy libraries it loaded
+HELP_SCRIPT = """
+import runpy, sys
+heavy = sys.argv[1:]
+for command in ([], ["transcribe"], ["stream"], ["corpus"], ["import-ct2"], ["demo-models"]):
+    sys.argv = ["specdec", *command, "--help"]
+    try:
+        runpy.run_module("specdec", run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        assert stop.code == 0, (command, stop.code)
+print(" ".join(name for name in heavy if name in sys.modules), file=sys.stderr)
+"""
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "specdec", *args], capture_output=True, text=True, timeout=300, check=False
     )
+
+
+def test_help_loads_no_heavy_library():
+    """`--help` answers at once: torch, transformers, Gradio and Ray load only when a command runs."""
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_SCRIPT, *HEAVY_LIBRARIES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m specdec" in result.stdout and "--num-draft-tokens" in result.stdout
+    assert result.stderr.split() == []
 
 
 def test_transcribe_json_compare_with_a_bad_file_in_the_middle(demo_models, tmp_path):

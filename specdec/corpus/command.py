@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from specdec.corpus.inputs import list_inputs
-from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus
 from specdec.corpus.store import SUMMARY, TRANSCRIPTS
 from specdec.corpus.summary import Summary
 from specdec.longform import LONG_FORM_MODES
@@ -63,6 +62,8 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
 def run_corpus_command(args: argparse.Namespace) -> Summary | None:
     """List the input, run, print the summary; the summary, or None when Ray stopped the run (one line
     on stderr says why; the rows written so far are kept)."""
+    from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus  # Ray and torch: only to run
+
     options = CorpusOptions(
         target=args.target,
         draft=args.draft,
