@@ -6,6 +6,7 @@ page's Transcribe request, the job that decodes it, and the answer in each respo
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +18,15 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specdec import subtitles
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
-from specdec.app.store import ModelStore, chosen_language
+from specdec.app.store import ModelStore, UnavailablePair, chosen_language
 from specdec.audio import SAMPLE_RATE
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
 DEFAULT_MODEL = "whisper-1"  # OpenAI's model name, taken as the server's default pair
 MAX_PROMPT_TOKENS = 223  # Whisper's limit for the previous text (half its context, less one)
+
+logger = logging.getLogger("specdec.app")
 
 
 @dataclass
@@ -129,7 +132,10 @@ def transcribe(store: ModelStore, asked: Asked) -> Answer:
     """The job (in the jobs' worker thread, holding the models): the page's Transcribe decoding, and with
     `check` its Compare decoding (both runs, in alternating order)."""
     request = asked.request
-    whisper, options, waveform = compare.prepare(store, request)
+    try:
+        whisper, options, waveform = compare.prepare(store, request)
+    except UnavailablePair as error:
+        raise _unavailable_model(store, asked.model, request.pair, error) from error
     if asked.prompt:
         options = dataclasses.replace(options, prompt_ids=_prompt_ids(whisper, asked.prompt))
     seconds = len(waveform) / SAMPLE_RATE
@@ -138,6 +144,29 @@ def transcribe(store: ModelStore, asked: Asked) -> Answer:
     name, first = Path(request.audio).name, store.next_baseline_first()
     both = compare.compare(whisper, waveform, options, first, name, request.long_form)
     return Answer(both.speculative, seconds, both.baseline)
+
+
+def _unavailable_model(store: ModelStore, model: str, label: str, error: UnavailablePair) -> ApiError:
+    """The answer for a pair whose models cannot be loaded: why, where the store knows, and the models the
+    client can use instead, by their ids (the page's message speaks to the server's operator)."""
+    logger.warning("API: the model %s cannot be loaded: %s", model, str(error)[:300])
+    reason = store.unavailable(label) or ""
+    for name in {name for names in store.pairs.values() for name in names if _is_path(name)}:
+        reason = reason.replace(name, Path(name).name)  # no server path: a local folder by its own name
+    ids = model_ids(store)
+    usable = [
+        other
+        for other, other_label in ids.items()
+        if other_label != label and not store.unavailable(other_label)
+    ]
+    because = f" ({reason})" if reason else ""
+    choose = f"choose one of: {', '.join(usable)}" if usable else "no other model can be loaded here either"
+    message = f"The model {model} cannot be loaded on this server{because}; {choose}."
+    return ApiError(400, message, "model", "model_not_available")
+
+
+def _is_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).exists()
 
 
 def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:

@@ -25,14 +25,27 @@ from specdec.whisper.models import (
     load_model,
     make_pair,
     pick_device,
+    resolve_model_name,
     unavailable,
 )
 from specdec.whisper.tokens import language_token_id
 
+# OpenAI's published sizes, in millions of parameters: the figures the models are known by, shown for
+# them in the list of pairs and in the banner alike (transformers counts whisper-base's as 72.6M); any
+# other model is described by its own count
+PUBLISHED_SIZES = {"tiny": 39, "tiny.en": 39, "base": 74, "large-v3": 1550}
+
+
+def _sized(target: str, draft: str, note: str = "") -> str:
+    """'whisper-base ← whisper-tiny.en (74M ← 39M, bundled)'."""
+    sizes = f"{PUBLISHED_SIZES[target]}M ← {PUBLISHED_SIZES[draft]}M"
+    return f"whisper-{target} ← whisper-{draft} ({sizes}{note})"
+
+
 # the pairs the app offers (label -> (target, draft)); the first for the device is the default
 DEFAULT_PAIRS = {
-    "whisper-base ← whisper-tiny.en (74M ← 39M, bundled)": ("base", "tiny.en"),
-    "whisper-large-v3 ← whisper-tiny (1550M ← 39M)": ("large-v3", "tiny"),
+    _sized("base", "tiny.en", ", bundled"): ("base", "tiny.en"),
+    _sized("large-v3", "tiny"): ("large-v3", "tiny"),
     "whisper-large-v3 ← distil-large-v3 (shares the encoder)": ("large-v3", "distil-large-v3"),
     "whisper-large-v3 ← whisper-large-v3-turbo (4 decoder layers)": ("large-v3", "large-v3-turbo"),
 }
@@ -58,6 +71,11 @@ class UserError(ValueError):
 
 class RefusedAudio(UserError):
     """An audio file the app cannot decode or will not (too long, empty, corrupt): the upload is deleted."""
+
+
+class UnavailablePair(UserError):
+    """A pair whose models could not be loaded. The message is for the page, whose operator can start the
+    app with other models; an API client is told instead which models it can use (`app.openai_schema`)."""
 
 
 @dataclass
@@ -95,12 +113,18 @@ class ModelStore:
     def loaded(self, label: str) -> SpeculativeWhisper | None:
         return self._whispers.get(label)
 
+    def unavailable(self, label: str) -> str | None:
+        """Why a pair's weights cannot be had here (its first model's reason), or None when they can."""
+        if label in self._whispers:
+            return None
+        return next((reason for name in self.pairs[label] if (reason := unavailable(name))), None)
+
     def choices(self) -> list[tuple[str, str]]:
         """(shown, value) for a dropdown: a pair whose weights cannot be had here says so in its name."""
         shown = []
-        for label, names in self.pairs.items():
-            reasons = [reason for name in names if (reason := unavailable(name))]
-            shown.append((f"{label} · unavailable: {reasons[0]}" if reasons else label, label))
+        for label in self.pairs:
+            reason = self.unavailable(label)
+            shown.append((f"{label} · unavailable: {reason}" if reason else label, label))
         return shown
 
     def next_baseline_first(self) -> bool:
@@ -115,7 +139,7 @@ class ModelStore:
             whisper = SpeculativeWhisper.from_pair(make_pair(*models))
         except PairError as error:
             message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
-            raise UserError(f"{message} (Details: {error})") from error
+            raise UnavailablePair(f"{message} (Details: {error})") from error
         if self.warm_up:
             whisper.warm_up()
         return whisper
@@ -178,8 +202,10 @@ def store_summary(store: ModelStore) -> str:
 
 
 def model_summary(model: LoadedModel) -> str:
-    """'openai/whisper-base (73M parameters, bundled in ...)'."""
-    return f"{model.name} ({model.num_parameters / 1e6:.0f}M parameters, {model.source or 'loaded'})"
+    """'openai/whisper-base (74M parameters, bundled in ...)': the published size where there is one."""
+    published = {resolve_model_name(name): size for name, size in PUBLISHED_SIZES.items()}
+    millions = published.get(model.name, round(model.num_parameters / 1e6))
+    return f"{model.name} ({millions}M parameters, {model.source or 'loaded'})"
 
 
 def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> str:
