@@ -13,3 +13,8 @@ say en-weather en-gb "The weather today is cool and bright, with a light wind fr
 say de-bahnhof de "Der Zug nach Berlin fährt heute um halb neun von Gleis drei ab."
 say fr-marche fr "Le marché ouvre tous les samedis matin sur la place de l'église."
 say es-biblioteca es "La biblioteca de la ciudad cierra a las ocho de la tarde durante el verano."
+# a minute of dense English in six parts (one a line in its .txt), for long streams and long-form; kept in
+# long/ so that the benchmarks' short-clip sets (assets/*.wav, en-*.flac) stay as they are
+mkdir -p long
+espeak-ng -v en-us -s 160 -f long/en-six-parts.txt -w long/en-six-parts.raw.wav
+sox long/en-six-parts.raw.wav -r 16000 -c 1 -b 16 long/en-six-parts.flac && rm long/en-six-parts.raw.wav

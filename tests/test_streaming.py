@@ -9,7 +9,7 @@ import pytest
 
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.options import DecodeOptions
-from specdec.streaming.session import StreamOptions, StreamSession
+from specdec.streaming.session import StreamOptions, StreamSession, quietest_pause
 from specdec.trace import TARGET, DecodeResult, TokenRecord
 from specdec.whisper.tokens import timestamp_begin
 
@@ -31,11 +31,11 @@ def run(session: StreamSession, waveform: np.ndarray) -> list:
 
 @pytest.fixture(scope="module")
 def trimmed_stream(separate_pair):
-    """Two clips back to back, with a short trim threshold so that buffers are cut and prompts passed."""
+    """Two clips back to back, with a short buffer limit so that buffers are cut and prompts passed."""
     waveform = np.concatenate(
         [speech("en-weather")[: 5 * SAMPLE_RATE], speech("en-fellow-americans")[: 4 * SAMPLE_RATE]]
     )
-    options = StreamOptions(language="en", trim_seconds=2.0, max_buffer_seconds=4.0)
+    options = StreamOptions(language="en", trim_seconds=3.0)
     session = StreamSession(separate_pair, options)
     return waveform, session, run(session, waveform)
 
@@ -93,17 +93,99 @@ def test_hypothesis_reuse_needs_fewer_target_passes(shared_pair):
     assert passes[True] < passes[False]
 
 
-def test_a_segment_end_past_the_audio_cuts_no_further_than_the_buffer(separate_pair):
-    """Whisper may close a segment at a timestamp after the last audio heard (real whisper-base closed one
-    at 22.78 s on 22 s of buffer): the trim stops at the buffer's end, so the buffer start stays the
-    stream time of buffer[0] and every later update decodes the audio it says it does."""
-    session = StreamSession(separate_pair, StreamOptions(language="en", trim_seconds=3.0))
+def test_a_segment_closed_in_the_newest_audio_is_not_committed(separate_pair):
+    """Whisper closes a segment where the audio it was given ends, mid-sentence or past the audio heard (real
+    whisper-base closed one at 22.78 s on 22 s of buffer): two hypotheses that agree on such an end commit
+    nothing, the buffer is not cut, and the next hypothesis may carry the sentence on."""
     begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    session = StreamSession(separate_pair, StreamOptions(language="en"))
     session.buffer = np.zeros(4 * SAMPLE_RATE, dtype=np.float32)
     session.stream_seconds = 4.0
-    session.committed = [begin, 400, 370, begin + 250]  # <|0.00|> two words <|5.00|>: past the 4 s heard
-    session.hypothesis = [*session.committed, begin + 250, 500]  # and the next segment begins
-    records = [TokenRecord(token, TARGET, 0, 0, 1.0, None) for token in session.hypothesis]
-    session._trim(DecodeResult(tuple(session.hypothesis), (), "en", tuple(records), (), (), (), 0.0))
-    assert session.buffer_start_seconds == session.stream_seconds == 4.0 and len(session.buffer) == 0
-    assert session.hypothesis == [begin + 50, 500]  # the rest, timestamps moved back by the 4 s cut
+    for end in (begin + 200, begin + 175):  # <|0.00|> two words <|4.00|>, then <|3.50|>: in the last second
+        session.hypothesis = [begin, 400, 370, end]
+        assert session._commit_agreed(list(session.hypothesis), scripted_result(session.hypothesis)) == 0
+        assert session.buffer_start_seconds == 0.0 and len(session.buffer) == 4 * SAMPLE_RATE
+
+
+def scripted_result(token_ids: list[int]) -> DecodeResult:
+    records = [TokenRecord(token, TARGET, 0, 0, 1.0, None) for token in token_ids]
+    return DecodeResult(tuple(token_ids), (), "en", tuple(records), (), (), (), 0.0)
+
+
+class ScriptedDecoder:
+    """A test double for the decoding: the hypotheses a session gets, one per decoded update, as whisper-base
+    gave them on the first seconds of en-weather.wav (each is the target's own on a longer buffer, so an
+    early agreement can be contradicted later)."""
+
+    def __init__(self, session: StreamSession, hypotheses: list[list[int]]) -> None:
+        self.hypotheses = iter(hypotheses)
+        session._decode = self.decode
+
+    def decode(self, waveform: np.ndarray | None = None) -> DecodeResult:
+        return scripted_result(next(self.hypotheses))
+
+
+def test_an_agreement_a_later_hypothesis_contradicts_loses_no_speech(separate_pair):
+    """Two hypotheses agree on words the third replaces ('but when a' -> 'The weather today is'): the final
+    text is the last hypothesis whole, never the early agreement followed by nothing."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    but_when_a, the_weather = [10, 11, 12], [20, 21, 22, 23, 24]
+    hypotheses = [
+        [begin, *but_when_a, 13, begin + 50],
+        [begin, *but_when_a, 14, begin + 100],
+        [begin, *but_when_a, 15, 16, begin + 150],
+        [begin, *the_weather, begin + 200],
+        [begin, *the_weather, 25, 26, begin + 250],
+    ]
+    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False))
+    ScriptedDecoder(session, hypotheses)
+    loud = 0.1 * np.ones(CHUNK, dtype=np.float32)
+    updates = [session.feed(loud) for _ in hypotheses]
+    assert all(update.decoded for update in updates)
+    final = session.finish()
+    assert final.committed_text == separate_pair.decode_text([*the_weather, 25, 26])
+
+
+def test_agreed_segments_are_committed_and_their_audio_cut(separate_pair):
+    """Two hypotheses that agree on a whole segment commit it and cut its audio; the rest stays tentative
+    and is the next agreement's partner, in the cut buffer's time."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    hypotheses = [
+        [begin, 10, 11, begin + 50, begin + 50, 12],
+        [begin, 10, 11, begin + 50, begin + 50, 12, 13, begin + 100],
+    ]
+    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False))
+    ScriptedDecoder(session, hypotheses)
+    loud = 0.1 * np.ones(CHUNK, dtype=np.float32)
+    first, second = (session.feed(loud) for _ in hypotheses)
+    assert first.committed_tokens == 0 and first.committed_text == ""
+    assert second.committed_tokens == 4 and second.committed_text == separate_pair.decode_text([10, 11])
+    assert session.buffer_start_seconds == 1.0 and len(session.buffer) == CHUNK  # 2 s heard, 1 s cut
+    assert session.hypothesis == [begin, 12, 13, begin + 50]
+    assert second.tentative_text == separate_pair.decode_text([12, 13])
+
+
+def test_the_quietest_pause_is_the_longest_gap_between_words():
+    """Planted: speech-like noise with a 50 ms gap at 3 s and a 300 ms one at 5 s; the cut lands in the long
+    one, inside the range asked for."""
+    waveform = 0.1 * np.random.default_rng(0).standard_normal(8 * SAMPLE_RATE).astype(np.float32)
+    waveform[3 * SAMPLE_RATE : round(3.05 * SAMPLE_RATE)] = 0
+    waveform[5 * SAMPLE_RATE : round(5.3 * SAMPLE_RATE)] = 0
+    assert 5 * SAMPLE_RATE <= quietest_pause(waveform, SAMPLE_RATE, 7 * SAMPLE_RATE) <= 5.3 * SAMPLE_RATE
+    assert 3 * SAMPLE_RATE <= quietest_pause(waveform, SAMPLE_RATE, 4 * SAMPLE_RATE) <= 3.1 * SAMPLE_RATE
+
+
+def test_a_long_open_segment_is_cut_at_a_pause_and_nothing_is_lost(separate_pair):
+    """Hypotheses that never close a segment: past trim_seconds the audio up to the quietest pause is decoded
+    again and committed whole, the rest stays in the buffer; the final text is both decodings' text."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    hypotheses = [[begin, 10], [begin, 11], [begin, 12], [begin, 13, 14], [begin, 15], [begin, 16]]
+    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False, trim_seconds=2.5))
+    ScriptedDecoder(session, hypotheses)
+    loud = 0.1 * np.random.default_rng(1).standard_normal(3 * CHUNK).astype(np.float32)
+    loud[round(1.6 * CHUNK) : round(1.9 * CHUNK)] = 0  # the pause
+    updates = [session.feed(chunk) for chunk in chunks(loud)]
+    assert session.committed_text == separate_pair.decode_text([13, 14])  # decoded up to the pause
+    assert 1.6 <= session.buffer_start_seconds <= 1.9 and updates[-1].tentative_text == ""
+    session.feed(loud[:CHUNK])
+    assert session.finish().committed_text == separate_pair.decode_text([13, 14, 15])

@@ -1,11 +1,15 @@
 """Live transcription: re-decode the growing buffer at each update and commit with LocalAgreement-2.
 
 Each update appends a chunk (16 kHz) to the buffer and decodes the whole buffer (with timestamps, the
-committed text before the buffer as the prompt). The longest common prefix of the last two hypotheses
-is committed; committed text only grows. Once the buffer is longer than `trim_seconds`, it is cut at the
-end of the last committed segment, so the window stays under 30 s. The previous hypothesis drafts for
-free (`engine.drafters.PreviousHypothesis`); each update's output is still the target's own on that
-buffer.
+committed text before the buffer as the prompt). Where the last two hypotheses agree on whole segments
+(their longest common prefix holds a segment's closing timestamp), those segments are committed and
+their audio is cut from the buffer at once, so the buffer only ever holds audio whose text is not yet
+committed: a later hypothesis never has to agree with committed words to be kept, and nothing heard is
+dropped. Committed text only grows. Whisper may write a long stretch of speech as one open segment, so
+a buffer past `trim_seconds` without an agreement commits its hypothesis' closed segments, or else is
+cut at its quietest pause (a gap between words): the audio before the pause is decoded once more and
+committed whole, and the window stays under 30 s. The previous hypothesis drafts for free
+(`engine.drafters.PreviousHypothesis`); each update's output is still the target's own on that buffer.
 
 Only chunks with speech are decoded, so no text is invented on silence, noise or music: Silero VAD
 (`specdec.vad.SpeechDetector`) follows the speech chunk by chunk, after an RMS energy gate that spares it
@@ -36,8 +40,9 @@ TARGET_SOURCE = "target"  # a token's source: the target's own (correction, bonu
 @dataclass(frozen=True)
 class StreamOptions:
     chunk_seconds: float = 1.0  # audio per update
-    trim_seconds: float = 15.0  # past this, cut the buffer at the end of the last committed segment
-    max_buffer_seconds: float = 27.0  # past this, commit the hypothesis and cut anyway (window < 30 s)
+    trim_seconds: float = 15.0  # past this with nothing agreed, commit closed segments or cut at a pause
+    max_buffer_seconds: float = 27.0  # a pause within an utterance this long ends it (window < 30 s)
+    settle_seconds: float = 1.0  # the newest audio is never cut: a segment closing there may be cut short
     silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not speech (the VAD does not run)
     vad: bool = True  # Silero VAD decides what is speech (off: every chunk above silence_dbfs is speech)
     vad_threshold: float = 0.5  # a 32 ms window is speech from this probability on
@@ -93,9 +98,8 @@ class StreamSession:
         self.preroll = np.zeros(0, dtype=np.float32)  # the latest audio without speech
         self.stream_seconds = 0.0
         self.buffer_start_seconds = 0.0  # stream time of buffer[0]
-        self.archived_ids: list[int] = []  # committed text tokens of audio already cut from the buffer
-        self.committed: list[int] = []  # committed hypothesis tokens of the current buffer
-        self.hypothesis: list[int] = []  # the last hypothesis on the current buffer
+        self.archived_ids: list[int] = []  # committed text tokens (their audio is cut from the buffer)
+        self.hypothesis: list[int] = []  # the last hypothesis on the current buffer: none of it committed
         self.language: str | None = self.options.language
         self.detector = SpeechDetector(self.options.vad_threshold, self.options.pause_seconds)
         self.updates: list[Update] = []
@@ -109,7 +113,7 @@ class StreamSession:
         level = rms_dbfs(chunk)
         activity = self._activity(chunk, level)
         heard = {"chunk_seconds": len(chunk) / SAMPLE_RATE, "speech": activity.speech, "level_dbfs": level}
-        if len(self.buffer) and not activity.speech:
+        if (len(self.buffer) or self.hypothesis) and not activity.speech:  # an utterance is pending
             full = len(self.buffer) + len(chunk) > self.options.max_buffer_seconds * SAMPLE_RATE
             if activity.ongoing and not full:  # a pause within the utterance, too short to end it
                 self.buffer = np.concatenate([self.buffer, chunk])
@@ -131,27 +135,24 @@ class StreamSession:
         }
         result = self._decode()
         previous, self.hypothesis = self.hypothesis, list(result.token_ids)
-        agreed = common_prefix(previous, self.hypothesis)
-        if len(agreed) > len(self.committed) and agreed[: len(self.committed)] == self.committed:
-            self.committed = agreed
         if activity.ongoing:
-            committed_tokens = len(self.committed)
-            self._trim(result)
+            committed_tokens = self._commit_agreed(previous, result)
         else:
             committed_tokens = self._end_utterance()
         return self._record(arrived, True, result, committed_tokens=committed_tokens, **decoded_from, **heard)
 
     def finish(self) -> Update:
         """Stop: commit the last hypothesis as it stands."""
-        self._commit_hypothesis()
+        self._end_utterance()
         return self._record(time.perf_counter(), decoded=False)
 
     @property
     def committed_text(self) -> str:
-        return self._text(self.archived_ids + self.committed)
+        return self._text(self.archived_ids)
 
-    def _decode(self) -> DecodeResult:
-        """The buffer decoded speculatively (each step names where its proposal came from)."""
+    def _decode(self, waveform: np.ndarray | None = None) -> DecodeResult:
+        """The buffer (or the start of it) decoded speculatively (each step names where its proposal came
+        from)."""
         options = DecodeOptions(  # the prompt: the latest committed text before the buffer
             language=self.language,
             timestamps=True,
@@ -161,7 +162,7 @@ class StreamSession:
         )
         make_drafter = self._previous_hypothesis if self.options.reuse_hypothesis else None
         transcription = self.whisper.transcribe_waveform(
-            self.buffer,
+            self.buffer if waveform is None else waveform,
             options,
             speculative=self.options.use_draft or self.options.reuse_hypothesis,
             make_drafter=make_drafter,
@@ -180,16 +181,36 @@ class StreamSession:
     def _end_utterance(self) -> int:
         """The utterance is over, and what was heard of it will not change: commit its last hypothesis and
         cut the whole buffer. Returns how many of the hypothesis' tokens are committed."""
-        self._commit_hypothesis()
-        committed_tokens = len(self.committed)
+        committed_tokens = len(self.hypothesis)
         self._cut(committed_tokens, len(self.buffer))
-        self.hypothesis = []  # a hypothesis that did not extend the committed tokens goes with its audio
         return committed_tokens
 
-    def _commit_hypothesis(self) -> None:
-        """Commit the last hypothesis where it extends the committed tokens."""
-        if self.hypothesis[: len(self.committed)] == self.committed:
-            self.committed = list(self.hypothesis)
+    def _commit_agreed(self, previous: list[int], result: DecodeResult) -> int:
+        """Commit the whole segments the last two hypotheses agree on (LocalAgreement-2) and cut their
+        audio; a buffer past `trim_seconds` commits its hypothesis' closed segments, or its audio up to
+        the quietest pause. Returns how many of the hypothesis' tokens are committed."""
+        windows = [record.window for record in result.tokens if record.kept]
+        settled = len(self.buffer) / SAMPLE_RATE - self.options.settle_seconds  # cut no later than this
+        agreed = common_prefix(previous, self.hypothesis)
+        cut = last_segment_end(agreed, windows, self._timestamp_begin, settled)
+        if cut is None and len(self.buffer) > self.options.trim_seconds * SAMPLE_RATE:
+            cut = last_segment_end(self.hypothesis, windows, self._timestamp_begin, settled)
+            if cut is None:
+                self._commit_until_pause()
+                return 0
+        if cut is None:
+            return 0
+        end, seconds = cut
+        self._cut(end, round(seconds * SAMPLE_RATE))
+        return end
+
+    def _commit_until_pause(self) -> None:
+        """Cut the buffer at its quietest pause, decode the audio before it and commit that whole: the
+        target's own text on it, each word on one side of the cut."""
+        keep = round(self.options.settle_seconds * SAMPLE_RATE)
+        samples = quietest_pause(self.buffer, len(self.buffer) // 2, len(self.buffer) - keep)
+        self.hypothesis = list(self._decode(self.buffer[:samples]).token_ids)
+        self._cut(len(self.hypothesis), samples)
 
     def _prompt_ids(self) -> tuple[int, ...]:
         return tuple(self._text_ids(self.archived_ids)[-self.options.max_prompt_tokens :])
@@ -202,32 +223,12 @@ class StreamSession:
         hints = [self.hypothesis + [eos]] * len(rows)
         return PreviousHypothesis(hints, fallback, vocabulary_size, self.options.max_reuse_tokens)
 
-    def _trim(self, result: DecodeResult) -> None:
-        """Cut the buffer at the end of the last committed segment once it is long."""
-        buffer_seconds = len(self.buffer) / SAMPLE_RATE
-        if buffer_seconds <= self.options.trim_seconds:
-            return
-        windows = [record.window for record in result.tokens if record.kept]
-        cut = last_segment_end(self.committed, windows, self._timestamp_begin)
-        if cut is None and buffer_seconds > self.options.max_buffer_seconds:
-            # forced, so that the window stays under 30 s: commit the hypothesis where it extends the
-            # committed tokens, and cut at its last segment end, else at the end of the buffer
-            self._commit_hypothesis()
-            ends = last_segment_end(self.committed, windows, self._timestamp_begin)
-            cut = ends or (len(self.committed), buffer_seconds)
-        if cut is None:
-            return
-        end, seconds = cut
-        # a segment's end timestamp can lie past the audio heard so far: cut no further than the buffer
-        self._cut(end, min(int(seconds * SAMPLE_RATE), len(self.buffer)))
-
     def _cut(self, end: int, samples: int) -> None:
-        """Archive the first `end` committed tokens and cut their `samples` from the buffer."""
-        self.archived_ids += self._text_ids(self.committed[:end])
+        """Commit the hypothesis' first `end` tokens and cut their `samples` from the buffer."""
+        self.archived_ids += self._text_ids(self.hypothesis[:end])
         offset = round(samples / SAMPLE_RATE / TIMESTAMP_SECONDS)
         # the uncommitted rest, in the trimmed buffer's time: the next agreement's partner and draft
         self.hypothesis = shift_timestamps(self.hypothesis[end:], -offset, self._timestamp_begin)
-        self.committed = []
         self.buffer = self.buffer[samples:]
         self.buffer_start_seconds += samples / SAMPLE_RATE
 
@@ -246,17 +247,12 @@ class StreamSession:
         return self.whisper.decode_text(self._text_ids(token_ids))
 
     def _record(self, arrived: float, decoded: bool, result=None, **decoded_from) -> Update:
-        tentative = (
-            self.hypothesis[len(self.committed) :]
-            if self.hypothesis[: len(self.committed)] == self.committed
-            else []
-        )
         update = Update(
             index=len(self.updates),
             stream_seconds=self.stream_seconds,
             decoded=decoded,
             committed_text=self.committed_text,
-            tentative_text=self._text(tentative),
+            tentative_text=self._text(self.hypothesis),
             latency_seconds=time.perf_counter() - arrived,
             hypothesis=tuple(result.token_ids) if result else (),
             token_sources=token_sources(result) if result else (),
@@ -274,17 +270,34 @@ def common_prefix(first: list[int], second: list[int]) -> list[int]:
     return list(first[: common_length(first, second)])
 
 
-def last_segment_end(tokens: list[int], windows: list[int], timestamp_begin: int) -> tuple[int, float] | None:
-    """(index after, seconds) of the last segment-closing timestamp in the first window, if any.
-
-    Only a cut where nothing but timestamps follows in `tokens` keeps committed text whole.
-    """
+def last_segment_end(
+    tokens: list[int], windows: list[int], timestamp_begin: int, latest: float = float("inf")
+) -> tuple[int, float] | None:
+    """(index after, seconds) of the last segment-closing timestamp of the first window in `tokens` at or
+    before `latest` seconds, if any: the tokens up to it are whole segments."""
     for index in range(len(tokens) - 1, 0, -1):
         closes = tokens[index] >= timestamp_begin and tokens[index - 1] < timestamp_begin
         in_first_window = index >= len(windows) or windows[index] == 0
-        if closes and in_first_window and all(t >= timestamp_begin for t in tokens[index + 1 :]):
-            return index + 1, (tokens[index] - timestamp_begin) * TIMESTAMP_SECONDS
+        seconds = (tokens[index] - timestamp_begin) * TIMESTAMP_SECONDS
+        if closes and in_first_window and seconds <= latest:
+            return index + 1, seconds
     return None
+
+
+def quietest_pause(waveform: np.ndarray, start: int, stop: int, frame_seconds: float = 0.2) -> int:
+    """A sample in [start, stop) in the quietest `frame_seconds` (RMS), at the quietest 20 ms within it: a
+    gap between words, the longest pause where several are silent."""
+    frame = round(frame_seconds * SAMPLE_RATE)
+    if stop - start <= frame:
+        return max(stop, 1)
+    quietest = start + quietest_window(waveform[start:stop], frame)
+    fine = round(0.02 * SAMPLE_RATE)
+    return quietest + quietest_window(waveform[quietest : quietest + frame], fine) + fine // 2
+
+
+def quietest_window(waveform: np.ndarray, size: int) -> int:
+    """Start of the `size` samples of least energy."""
+    return int(np.argmin(np.convolve(np.square(waveform, dtype=np.float64), np.ones(size), mode="valid")))
 
 
 def shift_timestamps(token_ids: list[int], offset: int, timestamp_begin: int) -> list[int]:
