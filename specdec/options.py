@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 TASKS = ("transcribe", "translate")
+# generate() judges a window by both numbers (with no_speech_threshold alone it fails: UnboundLocalError)
+NO_SPEECH_NEEDS_LOGPROB = (
+    "no_speech_threshold needs logprob_threshold too: a window is judged no speech by both "
+    "(Whisper's values: no_speech_threshold=0.6, logprob_threshold=-1.0)"
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,13 @@ class DecodeOptions:
     draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
     max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
     prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before every window
+    # generate()'s no-speech rule: a window is judged no speech, its text left empty, when the target's
+    # probability of <|nospeech|> at <|startoftranscript|> exceeds no_speech_threshold and the average
+    # log-probability of its tokens is below logprob_threshold (Whisper's values: 0.6 and -1.0; both needed).
+    # None: the target's generation config's value, which OpenAI's checkpoints leave unset: off, as generate()
+    no_speech_threshold: float | None = None
+    logprob_threshold: float | None = None  # alone it changes no output (generate() would only retry at a
+    # next temperature, and there is one); the windows' average log-probabilities are recorded
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -40,6 +53,13 @@ class DecodeOptions:
             raise ValueError("draft_confidence must be in [0, 1)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        for name in ("no_speech_threshold", "logprob_threshold"):
+            value = getattr(self, name)
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is not None and not (is_number and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number or None")
+        if self.no_speech_threshold is not None and self.logprob_threshold is None:
+            raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
 
     @property
     def sampling(self) -> bool:

@@ -88,6 +88,12 @@ class Window:
     start_seconds: float  # where the window starts in the whole file
     seconds: float  # audio decoded in it (the rest of the 30 s is padding)
     chunk: int | None = None  # chunked long-form decoding: the chunk this window belongs to
+    # generate()'s no-speech rule (DecodeOptions.no_speech_threshold, logprob_threshold), measured on the
+    # target: its probability of <|nospeech|> at <|startoftranscript|> (with no_speech_threshold), the
+    # average log-probability of the window's tokens, end-of-text included (with logprob_threshold)
+    no_speech_prob: float | None = None
+    avg_logprob: float | None = None
+    no_speech: bool = False  # judged no speech: its tokens dropped, decoding moved on past the window
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,11 @@ class DecodeResult:
     total_seconds: float  # encoders + decoding, wall clock
     windows: tuple[Window, ...] = ()  # every decoded window in order; token.window / step.window index it
     segments: tuple[Segment, ...] = ()  # chunked long-form with timestamps: file-relative segments
+
+    @property
+    def no_speech(self) -> bool:
+        """Every window was judged no speech (generate()'s no-speech rule), so the text is empty."""
+        return bool(self.windows) and all(window.no_speech for window in self.windows)
 
     def pass_of(self, step: Step) -> Pass:
         """The batched target pass a step took part in."""

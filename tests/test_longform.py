@@ -6,6 +6,7 @@ The long inputs are the assets clips (speech in four languages) played in a row,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from test_lossless import no_speech_rule
 from transformers.models.whisper.tokenization_whisper import _find_longest_common_sequence
 from transformers.pipelines.automatic_speech_recognition import chunk_iter
 
@@ -51,7 +53,8 @@ def whole_features(whisper: SpeculativeWhisper, waveform: np.ndarray, draft: boo
 
 
 def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: DecodeOptions) -> list[int]:
-    """transformers' long-form generate(): greedy, no temperature fallback, its own defaults otherwise."""
+    """transformers' long-form generate(): greedy, no temperature fallback, its own defaults otherwise
+    (the no-speech rule's thresholds as the options give them)."""
     target = whisper.pair.target
     inputs = target.processor.feature_extractor(
         waveform,
@@ -73,9 +76,9 @@ def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
             task=options.task,
             return_timestamps=True,
             compression_ratio_threshold=None,
-            logprob_threshold=None,
             max_new_tokens=options.max_new_tokens,
             prompt_ids=prompt_ids,
+            **({"logprob_threshold": None} | no_speech_rule(options)),
         )
     sequence = sequences[0].tolist()
     while sequence and sequence[-1] == target.model.generation_config.pad_token_id:
@@ -127,6 +130,23 @@ def test_sequential_equals_generate_for_each_draft_kind(pair_of_each_kind):
     starts = [window.start_seconds for window in result.windows]  # seeks to a timestamp inside a window
     assert len(starts) >= 2 and any(start % 30 for start in starts), starts
     SEQUENTIAL_GERMAN[kind] = result.token_ids
+
+
+def test_sequential_skips_a_window_judged_no_speech_as_generate(separate_pair):
+    """A threshold planted just under the first window's no-speech probability: generate() drops that
+    window and seeks on 30 s (a previous text before <|startoftranscript|>); so does decode_sequential,
+    and keeps the next window, less likely silent."""
+    tokenizer = separate_pair.pair.target.processor.tokenizer
+    previous_text = tuple(tokenizer.encode(" Weather and travel.", add_special_tokens=False))
+    options = DecodeOptions(language="en", prompt_ids=previous_text, max_new_tokens=24)
+    measuring = dataclasses.replace(options, no_speech_threshold=1.0, logprob_threshold=0.0, max_new_tokens=1)
+    first = decode_sequential(separate_pair.pair, SEQUENTIAL, measuring).windows[0].no_speech_prob
+    options = dataclasses.replace(options, no_speech_threshold=first * 0.99, logprob_threshold=0.0)
+    result = decode_sequential(separate_pair.pair, SEQUENTIAL, options)
+    assert list(result.token_ids) == generate_long(separate_pair, SEQUENTIAL, options)
+    assert [window.no_speech for window in result.windows] == [True, False]
+    assert result.windows[1].start_seconds == 30.0 and result.token_ids and not result.no_speech
+    assert not any(token.kept for token in result.tokens if token.window == 0)
 
 
 SEQUENTIAL_GERMAN: dict = {}  # decode_sequential of SEQUENTIAL in German, by draft kind (checked above)

@@ -52,6 +52,7 @@ def reference_ids(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
     key = (
         target.name, target.model.dtype, hashlib.sha1(waveform.tobytes()).hexdigest(),
         options.language, options.task, options.timestamps, options.max_new_tokens, options.prompt_ids,
+        options.no_speech_threshold, options.logprob_threshold,
     )  # fmt: skip
     if key not in REFERENCES:
         REFERENCES[key] = _generate(target, waveform, options)
@@ -75,12 +76,25 @@ def _generate(target: LoadedModel, waveform: np.ndarray, options: DecodeOptions)
             return_timestamps=options.timestamps,
             max_new_tokens=options.max_new_tokens,
             **previous,
+            **no_speech_rule(options),
         )
     sequence = (output["sequences"] if isinstance(output, dict) else output)[0].tolist()
     eos = target.model.generation_config.eos_token_id
     while sequence and sequence[-1] == eos:  # end-of-text and right padding
         sequence.pop()
     return sequence
+
+
+def no_speech_rule(options: DecodeOptions) -> dict:
+    """generate()'s arguments for the no-speech rule: its thresholds, and a temperature, without which
+    generate() cannot average the log-probabilities (it compares temperature None with 0.0)."""
+    if options.no_speech_threshold is None and options.logprob_threshold is None:
+        return {}
+    return {
+        "temperature": options.temperature,
+        "no_speech_threshold": options.no_speech_threshold,
+        "logprob_threshold": options.logprob_threshold,
+    }
 
 
 def test_each_kind_accepts_and_rejects(pair_of_each_kind):

@@ -27,6 +27,9 @@ DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress 
 MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
 MAX_REFERENCE_WORDS = 4_000  # more words than 10 minutes of speech hold
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take this range
+# Whisper's no-speech rule as openai/whisper's transcribe() sets it (generate()'s no_speech_threshold and
+# logprob_threshold): a window is silence when both numbers are past these
+NO_SPEECH_THRESHOLD, LOGPROB_THRESHOLD = 0.6, -1.0
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
 
 
@@ -85,6 +88,17 @@ class CompareRequest:
     baseline_first: bool | None = None  # None: alternate (ZeroGPU's worker cannot keep the count)
     long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
     skip_silence: bool = False  # audio over 30 s: decode only its speech (Silero VAD)
+    detect_no_speech: bool = True  # Whisper's no-speech rule: a window judged silence is left empty
+
+    def no_speech_options(self) -> dict:
+        """DecodeOptions' thresholds for `detect_no_speech` (none: generate()'s default, off)."""
+        if not isinstance(self.detect_no_speech, bool):
+            raise UserError(
+                f"detect_no_speech must be true or false, not {str(self.detect_no_speech)[:20]!r}."
+            )
+        if not self.detect_no_speech:
+            return {}
+        return {"no_speech_threshold": NO_SPEECH_THRESHOLD, "logprob_threshold": LOGPROB_THRESHOLD}
 
     def options(self) -> DecodeOptions:
         """The decoding options, every value checked (API clients can send anything)."""
@@ -103,6 +117,7 @@ class CompareRequest:
                 cost_aware=self.draft_length == "adaptive"
                 and self.long_form == "chunked"
                 and float(self.temperature) == 0,
+                **self.no_speech_options(),
             )
         except ValueError as error:
             raise UserError(str(error)) from error
@@ -227,8 +242,9 @@ def transcribe_clip(
         "note": draft_note(whisper, transcription.language, options.task),
         "speculative": transcription.result.stats(),
         "windows": views.windows(transcription.result),
+        "no_speech": transcription.result.no_speech,
     }
-    return transcription.text, highlight.spans_html(spans), stats
+    return views.shown_text(transcription), highlight.spans_html(spans), stats
 
 
 def transcribe_speculative(

@@ -17,6 +17,8 @@ from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.tokens import timestamp_begin
 
+NO_SPEECH = "No speech detected"  # in place of the transcript when every window was judged silence
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -78,8 +80,8 @@ def build_view(
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
     note = draft_note(whisper, speculative.language, comparison.options.task)
     return CompareView(
-        baseline_text=comparison.baseline.text,
-        speculative_text=comparison.speculative.text,
+        baseline_text=shown_text(comparison.baseline),
+        speculative_text=shown_text(comparison.speculative),
         verdict_html=verdict_html(comparison, note),
         tokens_html=highlight.spans_html(spans),
         metrics=metrics_rows(comparison),
@@ -92,6 +94,12 @@ def build_view(
         spans=spans,
         note=note,
     )
+
+
+def shown_text(transcription: Transcription) -> str:
+    """The transcript as shown: NO_SPEECH where Whisper's no-speech rule left it empty (not a blank box,
+    nor the " you" a model makes up for silence without the rule)."""
+    return NO_SPEECH if transcription.result.no_speech else transcription.text
 
 
 def verdict_html(comparison: Comparison, note: str = "") -> str:
@@ -138,6 +146,18 @@ def wer_html(reference: str, comparison: Comparison) -> str:
 
 def verdict(comparison: Comparison) -> tuple[str, bool]:
     """A one-line verdict on the outputs and whether it is good news."""
+    if comparison.identical and comparison.speculative.result.no_speech:
+        options = comparison.options
+        rule = ""
+        if options.no_speech_threshold is not None:
+            rule = (
+                f": every window's no-speech probability above {options.no_speech_threshold:g} and "
+                f"its average log-probability below {options.logprob_threshold:g}"
+            )
+        return (
+            f"Identical: no speech detected in either run (Whisper's no-speech rule, as generate(){rule}).",
+            True,
+        )
     if comparison.identical and comparison.speech_only:
         return (
             "Identical: the speculative output is token for token the target's own on the same speech "
@@ -211,6 +231,7 @@ def details(view: CompareView) -> dict:
         "note": view.note,
         "baseline_first": comparison.baseline_first,
         "speech_only": comparison.speech_only,
+        "no_speech": comparison.speculative.result.no_speech,
         "decode_speedup": comparison.decode_speedup,
         "baseline": comparison.baseline.result.stats(),
         "speculative": comparison.speculative.result.stats(),

@@ -3,7 +3,8 @@
 Each step, for every row still decoding:
 
   propose:   the drafter proposes up to each row's draft length (`draft_length`), in target ids ->
-  verify:    one target pass over each row's pending tokens and its proposal ->
+  verify:    one target pass over each row's pending tokens and its proposal (on a window's first pass,
+             the target's no-speech probability at <|startoftranscript|>, when asked for) ->
   accept:    the acceptance rule keeps a prefix and supplies one token (greedy, or rejection sampling) ->
   roll back: each row's target cache to its own length (a draft model's follows at its next proposal) ->
   record:    one Step per row, each naming the one Pass that holds the step's seconds ->
@@ -46,13 +47,17 @@ def decode_rows(
         proposals = propose(drafter, active, num_draft_tokens, options)
         verify_start = time.perf_counter()
         draft_seconds = verify_start - start if drafter is not None else 0.0
+        fed = list(target.lengths)  # each row's cached length before this pass
         feeds = [
             row.sequence[length:] + proposal.tokens
-            for row, proposal, length in zip(active, proposals, target.lengths, strict=True)
+            for row, proposal, length in zip(active, proposals, fed, strict=True)
         ]
+        logits = target.feed(feeds)  # per row (len(feed), vocab)
+        for row, row_logits, length in zip(active, logits, fed, strict=True):
+            measure_no_speech(row, row_logits, length)
         verdicts = [
-            verify(row, proposal, logits[-(len(proposal.tokens) + 1) :], options)
-            for row, proposal, logits in zip(active, proposals, target.feed(feeds), strict=True)
+            verify(row, proposal, row_logits[-(len(proposal.tokens) + 1) :], options)
+            for row, proposal, row_logits in zip(active, proposals, logits, strict=True)
         ]
         target.rollback([len(row.sequence) - 1 for row in active])  # the newest token is fed next step
         done = time.perf_counter()
@@ -73,9 +78,19 @@ def propose(
     return drafter.propose(rows, num_draft_tokens, options)
 
 
+def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> None:
+    """On a window's first pass, with the no-speech rule asked for: the target's (never the draft's)
+    no-speech probability, from its logits (len(feed), vocab) at <|startoftranscript|>; the feed began
+    at position `fed`."""
+    rule = row.no_speech
+    if rule is not None and rule.no_speech_threshold is not None and not row.steps:
+        row.no_speech_prob = rule.no_speech_prob(logits[rule.sot_index - fed])
+
+
 def verify(row: Row, proposal: Proposal, logits: torch.Tensor, options: DecodeOptions) -> Verdict:
     """The acceptance rule on the target's logits (k+1, vocab) after the row's sequence; the row gets the
-    kept proposal tokens and the target's own token, labelled."""
+    kept proposal tokens and the target's own token, labelled (and, for the no-speech rule, each one's
+    log-probability under the target)."""
     scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits)
     draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
     if options.sampling:
@@ -85,7 +100,12 @@ def verify(row: Row, proposal: Proposal, logits: torch.Tensor, options: DecodeOp
     else:
         target_probs = torch.softmax(scores.float(), dim=-1)
         verdict = greedy_accept(draft_tokens, scores)
+    before = len(row.sequence)
     accept_tokens(row, proposal, verdict, target_probs)
+    if row.no_speech is not None:
+        new_tokens = row.sequence[before:]
+        kept_scores = scores[: len(new_tokens)]
+        row.token_logprobs += row.no_speech.token_logprobs(kept_scores, new_tokens, row.pipeline)
     return verdict
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.trace import Encoding, Pass, Step, TokenRecord
-from specdec.whisper.logits import LogitsPipeline
+from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
 
 
 @dataclass
@@ -27,6 +27,11 @@ class Row:
     steps: list[Step] = field(default_factory=list)
     passes: list[Pass] = field(default_factory=list)  # the batched passes its steps took part in
     finished: bool = False
+    # generate()'s no-speech rule when asked for, and what it reads off the target's logits: the no-speech
+    # probability at the window's first pass, each generated token's log-probability (float32)
+    no_speech: NoSpeechRule | None = None
+    no_speech_prob: float | None = None
+    token_logprobs: list[float] = field(default_factory=list)
 
     @property
     def generated(self) -> list[int]:

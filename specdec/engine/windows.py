@@ -26,7 +26,7 @@ from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
 from specdec.whisper.features import PairFeatures, encode, window_features
-from specdec.whisper.logits import LogitsPipeline
+from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
 from specdec.whisper.models import DraftKind, DraftSettings, ModelPair
 from specdec.whisper.tokens import (
     FRAME_SECONDS,
@@ -92,14 +92,24 @@ class ClipDecoding:
         pipeline = LogitsPipeline(
             config, len(prompt), options.timestamps, options.temperature, options.top_p, device
         )
-        return Row(list(prompt), len(prompt), budget, pipeline, self.generator, self.window, len(self.steps))
+        return Row(
+            list(prompt), len(prompt), budget, pipeline, self.generator, self.window, len(self.steps),
+            no_speech=NoSpeechRule.of(config, options, prompt),
+        )  # fmt: skip
 
     def finish_window(self, row: Row, config: GenerationConfig, clock: Clock) -> None:
-        """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window."""
+        """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window.
+        A window judged no speech keeps nothing and seeks past itself, as generate() skips it."""
         eos = row.pipeline.eos_token_id
         generated = row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
-        # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
-        kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
+        avg_logprob, no_speech = None, False
+        if row.no_speech is not None:
+            avg_logprob = row.no_speech.avg_logprob(row.token_logprobs)
+            no_speech = row.no_speech.judge(row.no_speech_prob, avg_logprob)
+        if no_speech:
+            kept, advance = 0, self.window_frames
+        else:  # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
+            kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
         self.output += generated[:kept]
         self.tokens += [
             record if i < kept else dataclasses.replace(record, kept=False)
@@ -108,7 +118,9 @@ class ClipDecoding:
         self.steps += row.steps
         self.passes += row.passes
         seconds = round(self.window_frames * FRAME_SECONDS, 2)
-        self.windows.append(Window(self.window, round(self.seek * FRAME_SECONDS, 2), seconds))
+        start = round(self.seek * FRAME_SECONDS, 2)
+        measured = {"no_speech_prob": row.no_speech_prob, "avg_logprob": avg_logprob, "no_speech": no_speech}
+        self.windows.append(Window(self.window, start, seconds, **measured))
         self.seek += advance
         self.window += 1
         max_windows = MAX_WINDOWS * max(1, math.ceil(self.num_frames / WINDOW_FRAMES))

@@ -26,13 +26,15 @@ def moved_windows(
     audio_seconds: float,
     chunk: int | None = None,
 ) -> list[Window]:
-    """A piece's windows in the file: starting start_seconds in, its padding past audio_seconds left out."""
+    """A piece's windows in the file: starting start_seconds in, its padding past audio_seconds left out
+    (what the no-speech rule found in each kept)."""
     return [
-        Window(
-            first_window + window.index,
-            round(start_seconds + window.start_seconds, 2),
-            round(max(0.0, min(window.seconds, audio_seconds - window.start_seconds)), 2),
-            chunk,
+        dataclasses.replace(
+            window,
+            index=first_window + window.index,
+            start_seconds=round(start_seconds + window.start_seconds, 2),
+            seconds=round(max(0.0, min(window.seconds, audio_seconds - window.start_seconds)), 2),
+            chunk=chunk,
         )
         for window in result.windows
     ]

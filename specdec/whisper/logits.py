@@ -5,9 +5,15 @@ suppress, timestamp rules, in that order), followed by the sampling warpers that
 `GenerationMixin._get_logits_processor` appends (temperature, top-p), so that every verified position
 sees the same processing the target alone would apply. The processing is a pure function of
 (sequence, scores), which is what lets us apply it to hypothetical sequences (prefix + drafts so far).
+
+`NoSpeechRule` is generate()'s no-speech detection (`WhisperNoSpeechDetection`, then `_need_fallback`):
+numbers read off the target's logits, which decide whether a window's text is kept.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig
@@ -17,6 +23,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
     WhisperTimeStampLogitsProcessor,
 )
+
+from specdec.options import NO_SPEECH_NEEDS_LOGPROB, DecodeOptions
 
 
 class LogitsPipeline:
@@ -93,3 +101,69 @@ class LogitsPipeline:
         warped = self.warpers(None, scores)
         low_precision = warped.dtype in (torch.float16, torch.bfloat16)
         return torch.softmax(warped.float() if low_precision else warped, dim=-1)
+
+
+@dataclass(frozen=True)
+class NoSpeechRule:
+    """generate()'s no-speech rule for one window: judged no speech (its tokens dropped, the seek moved
+    past it) when the target's no-speech probability exceeds no_speech_threshold and the average
+    log-probability of the window's tokens is below logprob_threshold, both compared in float32.
+
+    The probability is `WhisperNoSpeechDetection`'s: the float32 softmax of the target's raw logits at
+    <|startoftranscript|>, at <|nospeech|>. The average is `_retrieve_avg_logprobs`'s: every generated
+    token, end-of-text included (and the tail the seek split drops), scored by the log-softmax of the
+    scores generate() returns (processed, warped when sampling) times the temperature, summed in order.
+    """
+
+    no_speech_token: int  # <|nospeech|> (<|nocaptions|> in older vocabularies): just before <|notimestamps|>
+    sot_index: int  # position of <|startoftranscript|> in the window's prompt (after any previous text)
+    no_speech_threshold: float | None  # None: the probability is not measured, nothing is judged
+    logprob_threshold: float | None
+    temperature: float  # 0: greedy (generate() rescales by 1)
+
+    @classmethod
+    def of(
+        cls, config: GenerationConfig, options: DecodeOptions, prompt: Sequence[int]
+    ) -> NoSpeechRule | None:
+        """The rule for a window with this forced prompt; None when neither threshold is set (an option
+        left None takes the generation config's value, as generate()'s `_set_thresholds_and_condition`)."""
+        no_speech, logprob = (
+            value if value is not None else getattr(config, name, None)
+            for name, value in (
+                ("no_speech_threshold", options.no_speech_threshold),
+                ("logprob_threshold", options.logprob_threshold),
+            )
+        )
+        if no_speech is None and logprob is None:
+            return None
+        if logprob is None:
+            raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
+        sot_index = list(prompt).index(config.decoder_start_token_id)
+        return cls(config.no_timestamps_token_id - 1, sot_index, no_speech, logprob, options.temperature)
+
+    def no_speech_prob(self, logits: torch.Tensor) -> float:
+        """logits (vocab,): the target's raw logits at <|startoftranscript|>."""
+        return float(logits.float().softmax(dim=-1)[self.no_speech_token])
+
+    def token_logprobs(
+        self, scores: torch.Tensor, tokens: Sequence[int], pipeline: LogitsPipeline
+    ) -> list[float]:
+        """scores (n, vocab): processed scores at n consecutive positions; tokens: the n tokens taken there.
+        Each token's log-probability as generate() counts it (float32)."""
+        scores = scores.float()
+        if self.temperature > 0:  # generate() returns warped scores and undoes the temperature
+            scores = pipeline.warpers(None, scores) * self.temperature
+        logprobs = torch.log_softmax(scores, dim=-1)
+        return logprobs[torch.arange(len(tokens)), torch.tensor(tokens, device=logprobs.device)].tolist()
+
+    def avg_logprob(self, token_logprobs: Sequence[float]) -> float:
+        """generate()'s average: the float32 log-probabilities summed one by one, over their number."""
+        return float(sum(torch.tensor(token_logprobs, dtype=torch.float32)) / len(token_logprobs))
+
+    def judge(self, no_speech_prob: float | None, avg_logprob: float) -> bool:
+        """No speech: both numbers past their thresholds (strictly), as `_need_fallback` compares them."""
+        if self.no_speech_threshold is None or no_speech_prob is None:
+            return False
+        quiet = torch.tensor(no_speech_prob, dtype=torch.float32) > self.no_speech_threshold
+        unsure = torch.tensor(avg_logprob, dtype=torch.float32) < self.logprob_threshold
+        return bool(quiet and unsure)
