@@ -28,7 +28,12 @@ from typing import TYPE_CHECKING  # noqa: E402
 # torch, transformers, Ray and the models when it runs.
 from specdec.corpus.command import add_corpus_parser, run_corpus_command  # noqa: E402
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
-from specdec.options import TASKS, DecodeOptions  # noqa: E402
+from specdec.options import (  # noqa: E402
+    TASKS,
+    WHISPER_LOGPROB_THRESHOLD,
+    WHISPER_NO_SPEECH_THRESHOLD,
+    DecodeOptions,
+)
 from specdec.subtitles import FORMATS  # noqa: E402
 from specdec.trace import DecodeResult, Step  # noqa: E402
 
@@ -100,6 +105,20 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="batches and chunks: choose k each step from measured pass costs (greedy output unchanged)",
     )
     transcribe.add_argument("--max-new-tokens", type=int, default=None)
+    transcribe.add_argument(
+        "--no-speech-threshold",
+        type=float,
+        default=None,
+        help="generate()'s no-speech rule: a window whose <|nospeech|> probability is above this and whose "
+        "average log-probability is below --logprob-threshold is left empty (off by default, as generate())",
+    )
+    transcribe.add_argument("--logprob-threshold", type=float, default=None, help="see --no-speech-threshold")
+    transcribe.add_argument(
+        "--detect-no-speech",
+        action="store_true",
+        help=f"the rule with Whisper's values: --no-speech-threshold {WHISPER_NO_SPEECH_THRESHOLD} "
+        f"--logprob-threshold {WHISPER_LOGPROB_THRESHOLD}",
+    )
     transcribe.add_argument(
         "--batch-size", type=int, default=1, help="files decoded together (same output as one at a time)"
     )
@@ -272,6 +291,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         adaptive=args.adaptive,
         cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
+        **no_speech_rule(args),
     )
     formats = output_formats(args)  # before the models load, so that a bad choice fails at once
     whisper = _load_pair(args)
@@ -304,6 +324,18 @@ def _transcribe(args: argparse.Namespace) -> int:
             if formats:
                 speculative.save(args.output_dir or ".", formats)
     return exit_code
+
+
+def no_speech_rule(args: argparse.Namespace) -> dict[str, float | None]:
+    """The thresholds of generate()'s no-speech rule: as given, or Whisper's with --detect-no-speech."""
+    rule = {"no_speech_threshold": args.no_speech_threshold, "logprob_threshold": args.logprob_threshold}
+    if args.detect_no_speech:
+        whisper = {
+            "no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD,
+            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
+        }
+        rule = {name: whisper[name] if value is None else value for name, value in rule.items()}
+    return rule
 
 
 def output_formats(args: argparse.Namespace) -> tuple[str, ...]:
@@ -355,6 +387,7 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
         "audio": speculative.audio,
         "speculative": {
             "text": speculative.text,
+            "no_speech": speculative.result.no_speech,
             "token_ids": list(speculative.token_ids),
             "seconds": speculative.result.total_seconds,
             "acceptance_rate": speculative.result.acceptance_rate,
@@ -383,8 +416,9 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
     """Human-readable lines for one file."""
     result = speculative.result
     rate = f"{result.acceptance_rate:.0%}" if result.acceptance_rate is not None else "n/a"
+    text = "(no speech detected)" if result.no_speech else speculative.text
     lines = [
-        f"{speculative.audio} [{result.language}]: {speculative.text}",
+        f"{speculative.audio} [{result.language}]: {text}",
         f"  speculative: {result.total_seconds:.2f} s, acceptance {rate}, "
         f"{result.tokens_per_pass:.2f} tokens per target pass, {result.num_target_passes} target passes",
     ]

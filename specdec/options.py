@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 
 TASKS = ("transcribe", "translate")
+# Whisper's own values of generate()'s no-speech rule (openai-whisper's transcribe() defaults)
+WHISPER_NO_SPEECH_THRESHOLD, WHISPER_LOGPROB_THRESHOLD = 0.6, -1.0
 # generate() judges a window by both numbers (with no_speech_threshold alone it fails: UnboundLocalError)
 NO_SPEECH_NEEDS_LOGPROB = (
     "no_speech_threshold needs logprob_threshold too: a window is judged no speech by both "

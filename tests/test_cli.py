@@ -101,3 +101,21 @@ def test_demo_models_command_writes_three_checkpoints(tmp_path, capsys):
     for name in ("target", "draft-separate", "draft-shared"):
         assert (tmp_path / name / "config.json").exists()
         assert (tmp_path / name / "generation_config.json").exists()
+
+
+def test_detect_no_speech_leaves_a_tone_empty(real_models, tmp_path, capsys):
+    """A 440 Hz tone is " you" to whisper-base, as to generate(); with Whisper's no-speech rule (off by
+    default, as in generate()) the window is judged no speech and the CLI says so."""
+    tone = tmp_path / "tone.wav"
+    sf.write(tone, 0.3 * np.sin(2 * np.pi * 440 * np.arange(16_000 * 3) / 16_000), 16_000)
+    pair = ["--target", str(real_models["base"]), "--draft", str(real_models["tiny.en"]), "--device", "cpu"]
+    outputs = {}
+    for flags in ([], ["--detect-no-speech"]):
+        exit_code = cli.main(["transcribe", str(tone), "--json", *pair, *flags])
+        outputs[bool(flags)] = json.loads(capsys.readouterr().out)
+        assert exit_code == 0
+    spoken, judged = outputs[False]["speculative"], outputs[True]["speculative"]
+    assert spoken["text"].strip() and not spoken["no_speech"]
+    assert judged["text"] == "" and judged["no_speech"]
+    exit_code = cli.main(["transcribe", str(tone), *pair, "--no-speech-threshold", "0.6"])
+    assert exit_code == 2 and "needs logprob_threshold" in capsys.readouterr().err

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+
+from starlette.datastructures import FormData
 
 from specdec.api import Transcription
 from specdec.app import compare, openai_schema
@@ -40,3 +43,13 @@ def test_the_txt_file_keeps_one_segment_a_line() -> None:
         long_transcription().to_text()
         == "And so, my fellow Americans,\nask not what your country can do for you, ask what you can do.\n"
     )
+
+
+def test_v1_keeps_generate_defaults_no_speech_rule_off() -> None:
+    """The page turns Whisper's no-speech rule on; /v1, like the Python API and the CLI, keeps generate()'s
+    default (off), so its answer stays generate()'s output."""
+    store_double = SimpleNamespace(pairs={"base+tiny.en": ("base", "tiny.en")}, default_pair="base+tiny.en")
+    form = FormData([("model", "base+tiny.en")])
+    request = openai_schema.asked(form, store_double, "clip.wav").request
+    assert request.no_speech_options() == {}
+    assert compare.CompareRequest(audio="clip.wav", pair="base+tiny.en").no_speech_options()

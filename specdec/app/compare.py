@@ -21,7 +21,7 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_langua
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
-from specdec.options import DecodeOptions
+from specdec.options import WHISPER_LOGPROB_THRESHOLD, WHISPER_NO_SPEECH_THRESHOLD, DecodeOptions
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
@@ -29,7 +29,6 @@ MAX_REFERENCE_WORDS = 4_000  # more words than 10 minutes of speech hold
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take this range
 # Whisper's no-speech rule as openai/whisper's transcribe() sets it (generate()'s no_speech_threshold and
 # logprob_threshold): a window is silence when both numbers are past these
-NO_SPEECH_THRESHOLD, LOGPROB_THRESHOLD = 0.6, -1.0
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
 
 
@@ -98,7 +97,10 @@ class CompareRequest:
             )
         if not self.detect_no_speech:
             return {}
-        return {"no_speech_threshold": NO_SPEECH_THRESHOLD, "logprob_threshold": LOGPROB_THRESHOLD}
+        return {
+            "no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD,
+            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
+        }
 
     def options(self) -> DecodeOptions:
         """The decoding options, every value checked (API clients can send anything)."""

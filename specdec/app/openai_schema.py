@@ -99,7 +99,7 @@ def asked(form: FormData, store: ModelStore, audio: str) -> Asked:
         raise ApiError(400, str(error), "language") from None
     request = compare.CompareRequest(
         audio=audio, pair=label, language=language, timestamps=response_format in TIMED_FORMATS,
-        temperature=_temperature(form),
+        temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), _flag(form, "compare"))
 
