@@ -264,3 +264,22 @@ def test_the_app_shows_no_speech_detected_under_its_verdict(real_pair):
     assert view.baseline_text == view.speculative_text == views.NO_SPEECH == "No speech detected"
     assert "no speech detected in either run" in view.verdict_html and comparison.identical
     assert views.details(view)["no_speech"] and views.details(view)["windows"][0]["no_speech"]
+
+
+def test_the_app_says_a_digitally_silent_clip_holds_no_speech(demo_models, tmp_path):
+    """Whisper's rule keeps " you" on digital silence (above); the page, with the rule on, says there is no
+    speech before decoding, and decodes it as generate() would with the rule off."""
+    import soundfile as sf
+
+    from specdec.app import compare
+    from specdec.app import store as stores
+    from specdec.app.store import UserError
+
+    store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(2 * 16_000, np.float32), 16_000)
+    request = compare.CompareRequest(audio=str(silent), pair=store.default_pair, language="en")
+    with pytest.raises(UserError, match="No speech detected: the recording is silent"):
+        compare.prepare(store, request)
+    off = compare.CompareRequest(audio=str(silent), pair=store.default_pair, detect_no_speech=False)
+    assert len(compare.prepare(store, off)[2]) == 2 * 16_000

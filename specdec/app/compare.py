@@ -22,6 +22,7 @@ from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
 from specdec.options import WHISPER_LOGPROB_THRESHOLD, WHISPER_NO_SPEECH_THRESHOLD, DecodeOptions
+from specdec.vad import rms_dbfs
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
@@ -68,6 +69,9 @@ def _part_of(progress: Progress | None, start: float, share: float, label: str) 
     if progress is None:
         return None
     return lambda fraction, message: progress(start + share * fraction, f"{label}: {message}")
+
+
+SILENT_DBFS = -70.0  # a whole clip quieter than this holds no speech (with detect_no_speech)
 
 
 @dataclass(frozen=True)
@@ -212,7 +216,11 @@ def prepare(
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.pair)
     report(0.15, desc="Reading audio")
-    return whisper, options, _read_audio(request.audio, store.max_seconds)
+    waveform = _read_audio(request.audio, store.max_seconds)
+    if request.detect_no_speech and rms_dbfs(waveform) < SILENT_DBFS:
+        # Whisper's no-speech rule does not catch digital silence: whisper-base says " you" there, sure of it
+        raise UserError(f"No speech detected: the recording is silent (below {SILENT_DBFS:.0f} dBFS).")
+    return whisper, options, waveform
 
 
 def _baseline_first(store: ModelStore, request: CompareRequest) -> bool:
