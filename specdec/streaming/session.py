@@ -40,7 +40,7 @@ TARGET_SOURCE = "target"  # a token's source: the target's own (correction, bonu
 @dataclass(frozen=True)
 class StreamOptions:
     chunk_seconds: float = 1.0  # audio per update
-    trim_seconds: float = 15.0  # past this with nothing agreed, commit closed segments or cut at a pause
+    trim_seconds: float = 25.0  # past this with nothing agreed, commit closed segments or cut at a pause
     max_buffer_seconds: float = 27.0  # a pause within an utterance this long ends it (window < 30 s)
     settle_seconds: float = 1.0  # the newest audio is never cut: a segment closing there may be cut short
     silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not speech (the VAD does not run)
