@@ -106,8 +106,9 @@ def steps_figure(speculative: DecodeResult) -> go.Figure:
     if boundaries is not None:
         figure.add_trace(boundaries)
     figure.update_layout(title="Each target pass: drafted vs accepted tokens", barmode="overlay", **_layout())
-    figure.update_xaxes(title_text="step (target pass)")
-    figure.update_yaxes(title_text="tokens", secondary_y=False)
+    most_drafted = max((len(step.drafted) for step in speculative.steps), default=0)
+    figure.update_xaxes(title_text="step (target pass)", **whole_ticks(max(indices, default=0)))
+    figure.update_yaxes(title_text="tokens", secondary_y=False, **whole_ticks(most_drafted))
     figure.update_yaxes(title_text="milliseconds", secondary_y=True, rangemode="tozero")
     return figure
 
@@ -271,6 +272,13 @@ def breakdown_figure(baseline: DecodeResult, speculative: DecodeResult) -> go.Fi
     return figure
 
 
+def whole_ticks(largest: float) -> dict:
+    """Plotly axis settings for a count (steps, tokens, passes): ticks on whole numbers, 1, 2 or 5 times a
+    power of ten apart, about ten at most (Plotly's own put ticks at 0.5 on a short axis)."""
+    steps = (multiple * 10**power for power in range(12) for multiple in (1, 2, 5))
+    return {"tick0": 0, "dtick": next(step for step in steps if largest <= 10 * step)}
+
+
 def _layout() -> dict:
     return {
         "template": "plotly_white",
@@ -320,7 +328,14 @@ def live_figure(
         margin=dict(l=40, r=40, t=50, b=40),
         xaxis_title="audio received (s)",
         yaxis=dict(title="latency (ms)", rangemode="tozero"),
-        yaxis2=dict(title="target passes", overlaying="y", side="right", rangemode="tozero", showgrid=False),
+        yaxis2=dict(
+            title="target passes",
+            overlaying="y",
+            side="right",
+            rangemode="tozero",
+            showgrid=False,
+            **whole_ticks(max(passes, default=0)),
+        ),  # fmt: skip
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
     )
     return figure
