@@ -5,32 +5,87 @@ python app.py                 # real models: whisper-base <- whisper-tiny.en on 
 python app.py --demo-models   # random-weight demo checkpoints for tests: transcripts are meaningless
 
 Beside the page, on the same port: an OpenAI-compatible POST /v1/audio/transcriptions and GET /v1/models
-(specdec/app/openai_api.py; --api-key or SPECDEC_API_KEY to require a key there).
+(specdec/app/openai_api.py; --api-key or SPECDEC_API_KEY to require a key there, and --protect-page to put
+the page and its Gradio API behind the same key). Both doors share one fair, bounded line for the models
+(specdec/app/jobs.py).
 
 Layout and wiring only; the handlers are plain functions in specdec/app/.
 """
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the arguments are parsed before the heavy imports, so that --help answers at once)
 import argparse
+import os
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--demo-models",
+        action="store_true",
+        default=os.environ.get("SPECDEC_DEMO_MODELS", "").lower() not in ("", "0", "false", "no"),
+        help="random-weight demo models, built offline (or set SPECDEC_DEMO_MODELS=1)",
+    )
+    parser.add_argument(
+        "--target", help="target: hub id, short name or folder (with --draft: replaces the default pairs)"
+    )
+    parser.add_argument("--draft", action="append", help="allowed draft for --target (repeat)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=os.environ.get("SPECDEC_MAX_SECONDS"),
+        help="longest clip accepted, in seconds (or set SPECDEC_MAX_SECONDS); default: 10 minutes",
+    )
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SPECDEC_API_KEY") or None,
+        help="require 'Authorization: Bearer KEY' on the /v1 API (or set SPECDEC_API_KEY)",
+    )
+    parser.add_argument(
+        "--protect-page",
+        action="store_true",
+        default=os.environ.get("SPECDEC_PROTECT_PAGE", "").lower() not in ("", "0", "false", "no"),
+        help="with --api-key: the page and its Gradio API (/compare, /transcribe) need the key too, as the "
+        "password of a login (any user name); or set SPECDEC_PROTECT_PAGE=1",
+    )
+    args = parser.parse_args(argv)
+    from specdec.app.store import MAX_APP_SECONDS
+    from specdec.audio import MAX_LONG_SECONDS
+
+    args.max_seconds = MAX_APP_SECONDS if args.max_seconds is None else float(args.max_seconds)
+    if not 0 < args.max_seconds <= MAX_LONG_SECONDS:
+        parser.error(f"--max-seconds must be above 0 and at most {MAX_LONG_SECONDS:g}")
+    if args.protect_page and not args.api_key:
+        parser.error("--protect-page needs a key: --api-key KEY or SPECDEC_API_KEY")
+    return args
+
+
+if __name__ == "__main__":
+    parse_args()  # --help and bad flags are answered here, before gradio, torch and the models load
+
 import asyncio
 import html
 import logging
-import os
+import secrets
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gradio as gr
 import numpy as np
 import soundfile as sf
+from starlette.middleware import Middleware
 
 from specdec.app import compare, downloads, live, openai_api, views
 from specdec.app.highlight import STYLE, legend_html
-from specdec.app.jobs import Jobs
+from specdec.app.jobs import PAGE, Caller, CancelOneEvent, Jobs
 from specdec.app.store import (
-    MAX_APP_SECONDS,
     ModelStore,
     RefusedAudio,
     UserError,
@@ -39,13 +94,14 @@ from specdec.app.store import (
     pairs_for,
     store_summary,
 )
-from specdec.audio import MAX_LONG_SECONDS, duration_text
+from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
+from specdec.vad import rms_dbfs
 from specdec.whisper.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
 MAX_FILE_SIZE = 25 * 1024 * 1024  # 25 MB: 10 min of 16 kHz mono 16-bit WAV is 19 MB (compressed holds more)
-QUEUE_SIZE = 32  # jobs waiting for the models: the page's queue, and the API's line (app.jobs)
+QUEUE_SIZE = 32  # jobs waiting for the models or using them, from the page and the API alike (app.jobs)
 LANGUAGES = ["auto", "en", "de", "fr", "es", "it", "pt", "nl", "ja", "zh", "ru", "ar", "hi", "ko"]
 CSS = """
 .wer-sub { background: #fde68a; border-radius: 3px; padding: 0 2px; }
@@ -95,6 +151,10 @@ except ImportError:
 
     ON_ZERO_GPU = False
 
+# Gradio starts the model events at once: they wait in the fair, bounded line of app.jobs, where a cancel
+# or a closed page takes them out at once (on ZeroGPU, which has no such line, one at a time in Gradio's)
+MODEL_EVENTS = 1 if ON_ZERO_GPU else None
+
 
 # ZeroGPU runs these in a worker process and pickles their arguments and results, so they take only
 # the request (the store, with its models and lock, is inherited by the worker, never pickled).
@@ -109,12 +169,17 @@ def transcribe_on_gpu(request: compare.CompareRequest, progress=None) -> tuple[s
 
 
 async def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Progress, session: str | None):
-    """Run a GPU task as a cancellable job; a UserError becomes a gr.Error the page shows (one log line, no
+    """Run a GPU task as a cancellable job in the line for the models (the bar says how many jobs go
+    first); a UserError, a full line included, becomes a gr.Error the page shows (one log line, no
     traceback), a refused upload is deleted, and the app keeps serving."""
+
+    def waiting(ahead: int) -> None:
+        progress(0, desc=f"Waiting for the models: {ahead} job{'s' * (ahead != 1)} before this one")
+
     try:
         if ON_ZERO_GPU:  # the task runs in ZeroGPU's own process: no cancellation scope reaches it
             return await asyncio.to_thread(task, request, None)  # nor can it pickle the progress tracker
-        return await JOBS["served"].run(session, task, request, progress)
+        return await JOBS["served"].run(Caller(PAGE, session), task, request, progress, waiting=waiting)
     except RefusedAudio as error:
         _delete_upload(request.audio)
         raise user_error(error) from None
@@ -247,6 +312,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 type="filepath",
                 label=f"Audio (up to {limit}; over 30 s is decoded long-form)",
             )
+            audio_note = gr.HTML("", elem_id="audio-note")  # what is wrong with a clip, when it arrives
             # the audio box takes only what the browser types audio/*, not a video or a .webm recording
             video = gr.UploadButton(
                 "Or upload a video (mp4, webm, mov, mkv): its first audio track",
@@ -360,7 +426,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         [*settings, reference, skip_silence],
         outputs,
         api_name="compare",
-        concurrency_limit=1,
+        concurrency_limit=MODEL_EVENTS,
         concurrency_id="models",
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
@@ -368,10 +434,39 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         [*settings, skip_silence],
         [speculative_text, tokens, details],
         api_name="transcribe",
-        concurrency_limit=1,
+        concurrency_limit=MODEL_EVENTS,
         concurrency_id="models",
     )
     video.upload(lambda path: path, video, audio, queue=False, api_visibility="private")  # into the audio box
+    audio.change(  # uploads, recordings, examples and videos are read as a run would, when they arrive
+        lambda path: checked_clip(path, store.max_seconds),
+        audio,
+        [audio, audio_note],
+        concurrency_limit=2,
+        concurrency_id="clip-check",
+        show_progress="minimal",
+        api_visibility="private",
+    )
+
+
+def checked_clip(path: str | None, max_seconds: float) -> tuple:
+    """(the audio box, the note beside it) for a clip that just arrived, read as a run reads it: a clip
+    that a run would refuse (unreadable, cut off, silent, too long) is taken out of the box and deleted,
+    and the note says what is wrong; a good one stays, and the note is emptied."""
+    if not path:
+        return gr.skip(), gr.skip()  # (emptied: by the user, or here)
+    name = Path(path).name
+    try:
+        waveform = load_audio(path, max_seconds=max_seconds)
+    except AudioError as error:
+        problem = str(error).replace(str(path), name)  # the file by its own name, not the server's path
+    else:
+        if rms_dbfs(waveform) >= compare.SILENT_DBFS:
+            return gr.skip(), ""
+        problem = f"{name}: the recording is silent (below {compare.SILENT_DBFS:.0f} dBFS); nothing to decode"
+    logger.warning("user error: %s", problem[:300])
+    _delete_upload(path)
+    return None, f'<p class="specdec-audio-note" style="color:#b91c1c">⚠️ {html.escape(problem)}</p>'
 
 
 def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
@@ -413,13 +508,6 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             raise user_error(error) from None
         return current, live.transcript_html(current), live.stats_html(current), live.latency_figure(current)
 
-    def stop(current):
-        if current is None or current.stopped:
-            return current, gr.skip(), gr.skip(), gr.skip()
-        current.stop()
-        page = live.transcript_html(current, finished=True)
-        return current, page, live.stats_html(current), live.latency_figure(current)
-
     def forget(current):
         if current is not None:
             current.close(wait=False)
@@ -435,8 +523,27 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         concurrency_limit=None,
         api_name=False,
     )
-    microphone.stop_recording(stop, [listener], shown, concurrency_limit=None, api_visibility="private")
+    microphone.stop_recording(  # the page says what it does after Stop, not Gradio's "processing"
+        stop_listening,
+        [listener],
+        shown,
+        concurrency_limit=None,
+        show_progress="hidden",
+        api_visibility="private",
+    )
     clear.click(forget, [listener], shown, api_visibility="private")
+
+
+def stop_listening(current: live.Listener | None) -> Iterator[tuple]:
+    """The Stop button's (listener, transcript, status, plot): at once a status that says the recording
+    stopped and what is still being done, then, once the last audio is decoded, the committed text."""
+    if current is None or current.stopped:
+        yield current, gr.skip(), gr.skip(), gr.skip()
+        return
+    yield current, gr.skip(), live.stopping_html(current), gr.skip()
+    current.stop()
+    page = live.transcript_html(current, finished=True)
+    yield current, page, live.stats_html(current), live.latency_figure(current)
 
 
 def _take_chunk(path: str | None) -> tuple[int, np.ndarray] | None:
@@ -468,9 +575,10 @@ def _take_chunk(path: str | None) -> tuple[int, np.ndarray] | None:
     return rate, samples
 
 
-def build_demo(store: ModelStore, banner: str) -> gr.Blocks:
-    """The page: the Compare and Live views wired to the store's handlers."""
-    STORES["served"], JOBS["served"] = store, Jobs(store)
+def build_demo(store: ModelStore, banner: str, queue_size: int = QUEUE_SIZE) -> gr.Blocks:
+    """The page: the Compare and Live views wired to the store's handlers; at most `queue_size` jobs wait
+    for the models or use them, from the page and the API together."""
+    STORES["served"], JOBS["served"] = store, Jobs(store, queue_size)
     choices = store.choices()
     with gr.Blocks(title="specdec: speculative decoding for Whisper", delete_cache=UPLOAD_CACHE) as demo:
         gr.Markdown("# specdec: lossless speculative decoding for Whisper")
@@ -516,61 +624,61 @@ def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
     return store, None
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--demo-models",
-        action="store_true",
-        default=os.environ.get("SPECDEC_DEMO_MODELS", "").lower() not in ("", "0", "false", "no"),
-        help="random-weight demo models, built offline (or set SPECDEC_DEMO_MODELS=1)",
-    )
-    parser.add_argument(
-        "--target", help="target: hub id, short name or folder (with --draft: replaces the default pairs)"
-    )
-    parser.add_argument("--draft", action="append", help="allowed draft for --target (repeat)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    parser.add_argument(
-        "--max-seconds",
-        type=float,
-        default=float(os.environ.get("SPECDEC_MAX_SECONDS", MAX_APP_SECONDS)),
-        help="longest clip accepted, in seconds (or set SPECDEC_MAX_SECONDS); default %(default)g",
-    )
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("SPECDEC_API_KEY") or None,
-        help="require 'Authorization: Bearer KEY' on the /v1 API (or set SPECDEC_API_KEY); not on the page",
-    )
-    args = parser.parse_args(argv)
-    if not 0 < args.max_seconds <= MAX_LONG_SECONDS:
-        parser.error(f"--max-seconds must be above 0 and at most {MAX_LONG_SECONDS:g}")
-    return args
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     store, load_error = make_store(args)
     if load_error:
         print(load_error)
     demo = build_demo(store, banner_html(store, args.demo_models, load_error))
+    launch(demo, args.host, args.port, args.api_key, args.protect_page)
+
+
+def launch(
+    demo: gr.Blocks,
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    api_key: str | None = None,
+    protect_page: bool = False,
+    block: bool = True,
+) -> None:
+    """Serve the page, its Gradio API and the /v1 routes on one port (block=False: return once serving).
+
+    With protect_page the page and its Gradio API ask for a login whose password is the API key: the
+    browser's page calls the same endpoints as `gradio_client`, so no key can guard one and not the other
+    (see docs/app.md)."""
+    # Gradio's queue holds an event only until one of its workers is free; the models' line is app.jobs'
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     demo.launch(
-        server_name=args.host,
-        server_port=args.port,
+        server_name=host,
+        server_port=port,
         max_file_size=MAX_FILE_SIZE,
         css=CSS,
         state_session_capacity=SESSIONS_KEPT,
-        app_kwargs={"routes": api_routes(args.api_key)},  # Gradio's FastAPI app serves them beside the page
+        prevent_thread_lock=not block,
+        auth=page_login(api_key) if protect_page else None,
+        auth_message="Log in with any user name and this server's API key as the password.",
+        app_kwargs={  # Gradio's FastAPI app serves the /v1 routes beside the page
+            "routes": api_routes(api_key),
+            "middleware": [Middleware(CancelOneEvent)],
+        },
     )
 
 
-def api_routes(api_key: str | None, max_waiting: int = QUEUE_SIZE) -> list:
+def page_login(api_key: str) -> Callable[[str, str], bool]:
+    """Gradio's login check for a protected page: any user name, the API key as the password."""
+
+    def check(user: str, password: str) -> bool:
+        return secrets.compare_digest(password.encode(), api_key.encode())
+
+    return check
+
+
+def api_routes(api_key: str | None) -> list:
     """The OpenAI-compatible /v1 routes on the served store and its jobs; none on ZeroGPU, where a GPU is
     held only inside the page's own tasks."""
     if ON_ZERO_GPU:
         return []
-    return openai_api.routes(STORES["served"], JOBS["served"], MAX_FILE_SIZE, max_waiting, api_key)
+    return openai_api.routes(STORES["served"], JOBS["served"], MAX_FILE_SIZE, api_key)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 from gradio_client import Client, handle_file
 
 from specdec.app import store as stores
@@ -78,3 +83,52 @@ def test_uploads_over_the_size_limit_are_refused(client, tmp_path):
     big.write_bytes(bytes(26 * 1024 * 1024))
     with pytest.raises(Exception, match="(?i)size|large|413"):
         client.predict(handle_file(str(big)), SHARED_DRAFT, api_name="/transcribe")
+
+
+def test_help_answers_before_gradio_torch_and_the_models_load():
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "app.py", "--help"],
+        cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and "--protect-page" in done.stdout
+    imported = {
+        row.rsplit("|", 1)[-1].strip() for row in done.stderr.splitlines() if row.startswith("import time:")
+    }
+    heavy = {
+        name
+        for name in imported
+        if name.split(".")[0] in ("torch", "gradio", "transformers", "numpy", "specdec")
+    }
+    assert imported and not heavy
+
+
+def test_protect_page_needs_a_key(monkeypatch):
+    import app
+
+    monkeypatch.delenv("SPECDEC_API_KEY", raising=False)
+    with pytest.raises(SystemExit):
+        app.parse_args(["--protect-page"])
+    assert app.parse_args(["--protect-page", "--api-key", "k"]).protect_page
+    assert not app.parse_args(["--api-key", "k"]).protect_page  # the page stays open unless asked
+
+
+@pytest.mark.parametrize("kind", ["cut-off", "garbage", "silent", "too-long"])
+def test_a_clip_is_checked_when_it_arrives_and_a_bad_one_is_named_beside_the_player(kind):
+    import app
+
+    app.GRADIO_CACHE.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=app.GRADIO_CACHE))  # where Gradio puts uploads
+    clip = folder / f"{kind}.wav"
+    if kind == "garbage":
+        clip.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
+    elif kind == "cut-off":
+        clip.write_bytes(CLIP.read_bytes()[:30])  # the header, cut inside
+    else:
+        seconds = 3 if kind == "silent" else 12
+        samples = np.zeros(16_000 * seconds) if kind == "silent" else np.full(16_000 * seconds, 0.1)
+        sf.write(clip, samples.astype(np.float32), 16_000)
+    audio, note = app.checked_clip(str(clip), max_seconds=10)
+    assert audio is None and not clip.exists()  # out of the box, and deleted
+    assert f"{kind}.wav" in note and str(folder) not in note and "⚠️" in note
+    good, note = app.checked_clip(str(CLIP), max_seconds=10)
+    assert note == "" and good is not None and CLIP.exists()  # a good clip stays, and the note is emptied

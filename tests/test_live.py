@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import threading
 import time
@@ -177,3 +178,19 @@ def test_an_idle_listener_ends_its_worker(store, monkeypatch):
         live.hear(listener, chunk)
     listener._worker.join(timeout=30)  # decodes the second heard, then waits 0.3 s for more and ends
     assert not listener._worker.is_alive() and threading.active_count() <= before
+
+
+def test_stop_says_so_at_once_and_shows_the_committed_text_once_decoded(store):
+    """The Stop handler's first answer comes while the models are busy (another job holds them here), so
+    the page never says "processing" about a recording that has stopped."""
+    import app
+
+    listener = live.open_listener(store, DRAFT, "en", 1.0, True)
+    for chunk in browser_chunks(speech(seconds=2.5)):
+        live.hear(listener, chunk)
+    answers = app.stop_listening(listener)
+    with store.work_lock, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        _, transcript, status, figure = pool.submit(next, answers).result(timeout=60)
+    assert "Stopped after 2.5 s of audio" in status and not listener.stopped
+    _, transcript, status, figure = next(answers)  # the rest decoded, the text committed
+    assert listener.stopped and "target passes" in status and 'class="tok tentative"' not in transcript

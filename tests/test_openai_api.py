@@ -31,7 +31,7 @@ SECONDS = 6.928  # the clip's length, to the millisecond
 SHARED_DRAFT = list(stores.DEMO_PAIRS)[1]  # the page's label
 MODEL = "target+draft-shared"  # the same pair's id on the API
 KEY = "test-key"
-MAX_WAITING = 2  # jobs in the line for the models before the API answers 429
+MAX_WAITING = 2  # jobs in the line for the models before the API answers 429 (each door may fill it)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +40,12 @@ def server(demo_models) -> str:
     store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
     store.whisper(SHARED_DRAFT)
     served = dict(app.STORES), dict(app.JOBS)  # the session's shared page (conftest's app_url) comes back
-    demo = app.build_demo(store, app.banner_html(store, demo_mode=True, load_error=None))
+    banner = app.banner_html(store, demo_mode=True, load_error=None)
+    demo = app.build_demo(store, banner, queue_size=MAX_WAITING)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    demo.queue(max_size=MAX_WAITING, default_concurrency_limit=1)
-    routes = app.api_routes(KEY, MAX_WAITING)
-    demo.launch(
-        server_port=port, prevent_thread_lock=True, max_file_size=app.MAX_FILE_SIZE, css=app.CSS,
-        app_kwargs={"routes": routes},
-    )  # fmt: skip
+    app.launch(demo, port=port, api_key=KEY, block=False)
     yield f"http://127.0.0.1:{port}"
     demo.close()
     app.STORES.update(served[0])
@@ -107,34 +103,54 @@ def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
     assert statistics["target_passes_saved"] > 0 and statistics["decode_seconds"] > 0
 
 
+MB = 1024 * 1024
+
+
 @pytest.mark.parametrize(
-    ("case", "status", "code"),
+    ("case", "status", "code", "param"),
     [
-        ("bad-file", 400, "invalid_file"),
-        ("unknown-model", 404, "model_not_found"),
-        ("oversize", 413, "file_too_large"),
-        ("wrong-key", 401, "invalid_api_key"),
-        ("no-key", 401, "invalid_api_key"),
+        ("bad-file", 400, "invalid_file", "file"),
+        ("unknown-model", 404, "model_not_found", "model"),
+        ("oversize", 413, "file_too_large", "file"),
+        ("just-over-the-limit", 413, "file_too_large", "file"),  # within the room for the other fields
+        ("long-prompt", 400, None, "prompt"),
+        ("wrong-key", 401, "invalid_api_key", None),
+        ("no-key", 401, "invalid_api_key", None),
     ],
 )
-def test_errors_are_openai_error_objects_and_the_server_keeps_serving(server, tmp_path, case, status, code):
+def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
+    server, tmp_path, case, status, code, param
+):
     path = tmp_path / "broken.wav"
-    broken = b"RIFF\x00\x00\x00\x00WAVEfmt garbage"
-    path.write_bytes(bytes(26 * 1024 * 1024) if case == "oversize" else broken)  # the limit is 25 MB
-    model = "whisper-9" if case == "unknown-model" else MODEL
+    sizes = {"oversize": 26 * MB, "just-over-the-limit": 25 * MB + 200 * 1024}  # the limit is 25 MB
+    path.write_bytes(bytes(sizes[case]) if case in sizes else b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
+    fields = {"model": "whisper-9" if case == "unknown-model" else MODEL}
+    if case == "long-prompt":
+        fields["prompt"] = "word " * 200_000  # 1 MB of previous text
     headers = {"Authorization": "Bearer nope"} if case == "wrong-key" else {}
     if case != "no-key":
         headers.setdefault("Authorization", f"Bearer {KEY}")
     with path.open("rb") as audio:
         answer = httpx.post(
-            f"{server}/v1/audio/transcriptions", files={"file": audio}, data={"model": model}, headers=headers
+            f"{server}/v1/audio/transcriptions",
+            files={"file": audio},
+            data=fields,
+            headers=headers,
+            timeout=60,
         )
     assert answer.status_code == status
     error = answer.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
+    assert set(error) == {"message", "type", "param", "code"} and (error["code"], error["param"]) == (
+        code,
+        param,
+    )
     assert "Traceback" not in answer.text and str(tmp_path) not in answer.text and "/tmp" not in answer.text
     if case == "bad-file":
-        assert "broken.wav" in error["message"] and error["param"] == "file"
+        assert "broken.wav" in error["message"]
+    if case == "just-over-the-limit":
+        assert error["message"] == "The file is over the limit of 25 MB."
+    if case == "long-prompt":
+        assert "'prompt'" in error["message"] and "64 KB" in error["message"]
     assert api(server).models.list().data  # still serving
 
 

@@ -1,83 +1,166 @@
-"""How the app runs model work: one piece at a time on the models, and nothing left running when nobody
-waits for it.
+"""How the app runs model work: one piece at a time on the models, in fair turns, from one bounded line,
+and nothing left running when nobody waits for it.
 
-- All model work (a Compare or Transcribe job, a Live update) holds the store's `work_lock`, so a
-  Compare run's timings are never shared with other decoding.
-- Jobs take the models in order of arrival, waiting on the event loop (not in a thread), so a job
-  cancelled while it waits leaves the line at once. The page's jobs arrive through Gradio's queue; the
-  OpenAI-compatible endpoint's (`app.openai_api`) arrive directly and pass a `limit`: a line already that
-  long refuses them (`QueueFull`).
-- A job runs in a worker thread inside a cancellation scope (`specdec.engine.cancel`). When Gradio
-  cancels the job (the client's cancel), or an API client disconnects, the decoding is told to stop and
-  the handler waits until it has (one target pass at most) before it lets go, so the models are never
-  handed to the next job while they are still busy. A page that goes away (Gradio's unload) stops its
-  session's jobs the same way.
+- All model work (a Compare or Transcribe job, an API request, a Live update) holds the store's
+  `work_lock`, so a Compare run's timings are never shared with other decoding.
+- Jobs come in by two doors, the page (its Gradio API, which the browser and `gradio_client` both use)
+  and the OpenAI-compatible API (`app.openai_api`), and wait in one line. When the models come free the
+  turn goes to the door served longest ago, within it to the caller (a browser session, an API client)
+  served longest ago, and within a caller to its oldest job. A pile of jobs from one caller or one door
+  therefore costs the others one turn each, never a place behind the whole pile.
+- The line is bounded: with `limit` jobs waiting or running, the next one is refused (`QueueFull`, the
+  same message at both doors), and one door fills at most three quarters of it, so the other always
+  finds room.
+- Jobs wait on the event loop (not in a thread), so a job cancelled while it waits leaves the line at
+  once. A job runs in a worker thread inside a cancellation scope (`specdec.engine.cancel`): when it is
+  cancelled (the client's cancel, an API client that disconnects) the decoding is told to stop and the
+  handler waits until it has (one target pass at most) before the models go to the next job. A page that
+  goes away (Gradio's unload) stops its session's jobs the same way.
+- After each job the memory its decoding freed goes back to the system (`release_freed_memory`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
+import json
 import threading
-from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
+
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.app.store import ModelStore, UserError
 from specdec.engine.cancel import Cancelled, cancellable
 
 Result = TypeVar("Result")
+PAGE, API = "page", "api"  # the doors
+DOOR_NAMES = {PAGE: "the page", API: "the API"}
+CANCEL_PATH = "/gradio_api/cancel"
+MAX_CANCEL_BYTES = 4096
+GRADIO_TASK_SEPARATOR = "<gradio-sep>"  # Gradio names an event's task "{session}_{fn}<gradio-sep>{event}"
 
 
 class QueueFull(UserError):
     """Too many jobs already wait for the models (or use them); the caller may try again later."""
 
 
-class Jobs:
-    """The jobs by browser session (waiting for the models or using them), each with the event that
-    stops it."""
+@dataclass(frozen=True)
+class Caller:
+    """Who asked: the door and, behind it, the browser session or API client taking turns."""
 
-    def __init__(self, store: ModelStore) -> None:
+    door: str  # PAGE or API
+    name: str | None  # the page's session hash, or the API client's address
+
+
+@dataclass(eq=False)
+class _Ticket:
+    """One job's place in the line."""
+
+    caller: Caller
+    stop: threading.Event = field(default_factory=threading.Event)
+    ahead: int = 0  # jobs that will use the models before this one, if no other arrives
+    news: asyncio.Future | None = None  # resolved when the line moves (the turn, the position, a stop)
+
+
+class Jobs:
+    """The line for the models: jobs waiting or running, each with the event that stops it."""
+
+    def __init__(self, store: ModelStore, limit: int) -> None:
         self.store = store
-        self._lock = threading.Lock()
-        self._stops: dict[str | None, set[threading.Event]] = defaultdict(set)
-        self._turn = asyncio.Lock()  # FIFO: the jobs' order of arrival (bound to the server's event loop)
+        self.limit = limit
+        self._lock = threading.Lock()  # the tickets are read from other threads (unload, monitoring)
+        self._tickets: list[_Ticket] = []  # in order of arrival
+        self._running: _Ticket | None = None  # holds the models
+        self._clock = 0  # counts arrivals and turns: the stamps below are readings of it
+        self._door_served: dict[str, int] = {}  # each door's last turn
+        self._caller_since: dict[Caller, int] = {}  # each present caller's last turn, or its arrival
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def run(
-        self, session: str | None, work: Callable[..., Result], *args, limit: int | None = None
+        self, caller: Caller, work: Callable[..., Result], *args, waiting: Callable[[int], None] | None = None
     ) -> Result:
-        """work(*args) in a worker thread under the models' lock, after the jobs that came before it;
-        stopped if this handler is cancelled. With a limit, QueueFull if that many jobs are already in."""
-        stop = threading.Event()
-        with self._lock:
-            if limit is not None and self._count() >= limit:
-                raise QueueFull(f"The queue is full ({limit} jobs waiting or running); try again later.")
-            self._stops[session].add(stop)
+        """work(*args) in a worker thread under the models' lock, when its turn comes; stopped if this
+        handler is cancelled. QueueFull if the line (or the caller's door's share of it) is full;
+        `waiting(ahead)` is told how many jobs will go first, whenever that changes."""
+        self._loop = asyncio.get_running_loop()
+        ticket = _Ticket(caller)
+        self._admit(ticket)
         try:
-            async with self._turn:
-                return await self._in_thread(stop, work, *args)
+            self._hand_on()
+            await self._turn(ticket, waiting)
+            return await self._in_thread(ticket.stop, work, *args)
         except Cancelled:
             raise UserError("Stopped: the page that asked for this left.") from None
         finally:
             with self._lock:
-                self._stops[session].discard(stop)
-                if not self._stops[session]:
-                    del self._stops[session]  # (running() counts until here: the thread has ended)
+                self._tickets.remove(ticket)
+                if self._running is ticket:  # (running() counts until here: the thread has ended)
+                    self._running = None
+                if not any(other.caller == caller for other in self._tickets):
+                    del self._caller_since[caller]
+            self._hand_on()
 
     def stop_session(self, session: str | None) -> int:
-        """Stop every job of a browser session (its page was closed); returns how many were running."""
+        """Stop every job of a browser session (its page was closed); returns how many there were."""
         with self._lock:
-            stops = set(self._stops.get(session, ()))  # each leaves the table when its job has ended
-        for stop in stops:
-            stop.set()
-        return len(stops)
+            stopped = [ticket for ticket in self._tickets if ticket.caller == Caller(PAGE, session)]
+        for ticket in stopped:
+            ticket.stop.set()
+        if stopped and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._hand_on)  # a waiting one leaves the line at once
+        return len(stopped)
 
     def running(self) -> int:
         """Jobs waiting for the models or using them."""
         with self._lock:
-            return self._count()
+            return len(self._tickets)
 
-    def _count(self) -> int:
-        return sum(len(stops) for stops in self._stops.values())
+    def _admit(self, ticket: _Ticket) -> None:
+        door = ticket.caller.door
+        with self._lock:
+            at_door = sum(other.caller.door == door for other in self._tickets)
+            if len(self._tickets) >= self.limit or at_door >= self.limit - self.limit // 4:
+                raise QueueFull(
+                    f"The queue is full ({len(self._tickets)} jobs waiting or running, {at_door} of them "
+                    f"from {DOOR_NAMES.get(door, door)}); try again later."
+                )
+            self._tickets.append(ticket)
+            self._clock += 1
+            self._caller_since.setdefault(ticket.caller, self._clock)
+
+    def _hand_on(self) -> None:
+        """(On the event loop.) Give free models to the next job in turn, tell every waiting job its
+        place, and wake them."""
+        with self._lock:
+            waiting = [ticket for ticket in self._tickets if ticket is not self._running]
+            waiting_on = [ticket for ticket in waiting if not ticket.stop.is_set()]  # the stopped leave
+            order = serving_order(waiting_on, self._door_served, self._caller_since)
+            if self._running is None and order:
+                self._running = order.pop(0)
+                self._clock += 1
+                self._door_served[self._running.caller.door] = self._clock
+                self._caller_since[self._running.caller] = self._clock
+                waiting.remove(self._running)
+            busy = self._running is not None
+            for place, ticket in enumerate(order):
+                ticket.ahead = place + busy
+        for ticket in [*waiting, self._running]:
+            if ticket is not None and ticket.news is not None and not ticket.news.done():
+                ticket.news.set_result(None)
+
+    async def _turn(self, ticket: _Ticket, waiting: Callable[[int], None] | None) -> None:
+        """Wait (on the event loop) until the models are this job's; Cancelled if it is stopped first."""
+        while self._running is not ticket:
+            if ticket.stop.is_set():
+                raise Cancelled("the job was stopped while it waited")
+            if waiting is not None:
+                waiting(ticket.ahead)
+            ticket.news = asyncio.get_running_loop().create_future()
+            await ticket.news
 
     async def _in_thread(self, stop: threading.Event, work: Callable[..., Result], *args) -> Result:
         task = asyncio.ensure_future(asyncio.to_thread(self._locked, stop, work, *args))
@@ -91,7 +174,103 @@ class Jobs:
             raise
 
     def _locked(self, stop: threading.Event, work: Callable[..., Result], *args) -> Result:
-        with cancellable(stop), self.store.work_lock:
-            if stop.is_set():  # stopped while it waited for its turn or the lock
-                raise Cancelled("the job was stopped before it started")
-            return work(*args)
+        try:
+            with cancellable(stop), self.store.work_lock:
+                if stop.is_set():  # stopped while it waited for the lock (a Live update held it)
+                    raise Cancelled("the job was stopped before it started")
+                return work(*args)
+        finally:
+            release_freed_memory()
+
+
+def serving_order(
+    waiting: list[_Ticket], door_served: dict[str, int], caller_since: dict[Caller, int]
+) -> list[_Ticket]:
+    """The waiting jobs in the order they would get the models if no other came: each turn to the door
+    served longest ago (one never served first), within it to the caller served (or, if new, arrived)
+    longest ago, and to that caller's oldest job."""
+    doors, callers, left, order = dict(door_served), dict(caller_since), list(waiting), []
+    clock = max([*doors.values(), *callers.values()], default=0)
+    while left:
+        door = min({ticket.caller.door for ticket in left}, key=lambda name: (doors.get(name, -1), name))
+        caller = min({t.caller for t in left if t.caller.door == door}, key=callers.__getitem__)
+        ticket = next(ticket for ticket in left if ticket.caller == caller)
+        left.remove(ticket)
+        order.append(ticket)
+        clock += 1
+        doors[door] = callers[caller] = clock
+    return order
+
+
+def release_freed_memory() -> None:
+    """Give the memory that decoding freed back to the system. glibc keeps what a thread frees in that
+    thread's arena for reuse, mostly in pieces it does not return by itself, so every worker thread
+    that once decoded kept its peak: the server's RSS grew by hundreds of MB under concurrent requests
+    and stayed there (docs/app.md). A no-op where the C library has no `malloc_trim`."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+class CancelOneEvent:
+    """ASGI middleware for Gradio's `POST /gradio_api/cancel {session_hash, fn_index, event_id}`.
+
+    Gradio cancels every running event of that session and endpoint (it finds them by task name,
+    `{session_hash}_{fn_index}`) and waits for them all: a client that cancelled one of its queued jobs
+    stopped its running one too, whose answer then never came, and waited for it to stop. Here only the
+    event named is cancelled (it leaves the line at once if it waits in it); the request then goes on to
+    Gradio with an endpoint that matches no task, and Gradio only tells the client that the event ended
+    and drops it from its own queue."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].endswith(CANCEL_PATH):
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left
+            body, more = body + message.get("body", b""), message.get("more_body", False)
+            if len(body) > MAX_CANCEL_BYTES:
+                return await PlainTextResponse("A cancel request is a few bytes of JSON.", 413)(
+                    scope, receive, send
+                )
+        try:
+            asked = json.loads(body)
+            name = f"{asked['session_hash']}_{asked['fn_index']}{GRADIO_TASK_SEPARATOR}{asked['event_id']}"
+            await _cancel_task(name)
+            body = json.dumps({**asked, "fn_index": -1}).encode()  # no task of Gradio's is named with -1
+        except (ValueError, KeyError, TypeError):
+            pass  # not the body Gradio expects: Gradio answers it as it would
+        headers = [(key, value) for key, value in scope["headers"] if key != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+async def _cancel_task(name: str) -> None:
+    """Cancel the task running one Gradio event, if any, and wait until it has ended (a job in the line
+    leaves it at once; a decoding stops at its next target pass)."""
+    tasks = [task for task in asyncio.all_tasks() if task.get_name() == name]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -18,6 +18,7 @@ import soxr
 
 from specdec.app import plots
 from specdec.app.highlight import token_texts
+from specdec.app.jobs import release_freed_memory
 from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
 from specdec.audio import SAMPLE_RATE, AudioError, to_mono
 from specdec.streaming.session import TARGET_SOURCE, StreamOptions, StreamSession, Update
@@ -122,6 +123,7 @@ class Listener:
                     return
                 continue
             if self._closing or not self._wake.wait(IDLE_SECONDS):
+                release_freed_memory()  # this thread's arena keeps what its updates freed otherwise
                 return
             self._wake.clear()
 
@@ -261,6 +263,14 @@ def stats_html(listener: Listener | None) -> str:
         f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
         f"chunks without speech not decoded: {len(rests) - noise} silent, {noise} of noise; "
         f"{listener.merged} chunks merged into the next update to keep up.</p>{_draft_note(listener)}"
+    )
+
+
+def stopping_html(listener: Listener) -> str:
+    """The status right after Stop, while the audio not yet decoded is decoded and the text committed."""
+    return (
+        f'<p class="specdec-activity">⏹️ Stopped after {listener.heard_seconds:.1f} s of audio: decoding what '
+        "was not decoded yet, then committing the text…</p>"
     )
 
 

@@ -3,9 +3,10 @@
 `app.openai_schema` reads the form and writes the answer.
 
 A request is the page's Transcribe job: the same pairs, the same upload and duration limits, and the one
-line for the models (`app.jobs`), where it waits behind the page's jobs; a full line answers 429 with
+line for the models (`app.jobs`), where it takes turns with the page's jobs; a full line answers 429 with
 Retry-After, and a client that disconnects has its decoding stopped at the next target pass. Every error
-is OpenAI's error object, without a traceback or a server path. See docs/openai-api.md.
+is OpenAI's error object, naming the field at fault, without a traceback or a server path. See
+docs/openai-api.md.
 """
 
 from __future__ import annotations
@@ -23,28 +24,27 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 from starlette.types import Message
 
 from specdec.app import openai_schema
-from specdec.app.jobs import Jobs, QueueFull
+from specdec.app.jobs import API, Caller, Jobs, QueueFull
 from specdec.app.openai_schema import Answer, ApiError, Asked, model_ids
 from specdec.app.store import ModelStore, RefusedAudio, UserError
 
-MAX_FIELD_BYTES = 64 * 1024  # each form field beside the file
+MAX_FIELD_BYTES = 64 * 1024  # each form field beside the file (a prompt's last 223 tokens need far less)
 FORM_ROOM = 256 * 1024  # request bytes allowed beyond the file: the other fields and the multipart framing
 RETRY_AFTER_SECONDS = 10
 DISCONNECT_POLL_SECONDS = 0.25
-API_SESSION = "openai-api"  # the jobs' session name: no page's unload stops these jobs
 logger = logging.getLogger("specdec.app")
 
 
-def routes(
-    store: ModelStore, jobs: Jobs, max_file_size: int, max_waiting: int, api_key: str | None = None
-) -> list[BaseRoute]:
-    """The /v1 routes for a FastAPI app: transcriptions through `jobs` (refused once `max_waiting` jobs
-    are in), uploads up to `max_file_size` bytes; with an api_key, every request must bear it."""
+def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | None = None) -> list[BaseRoute]:
+    """The /v1 routes for a FastAPI app: transcriptions through `jobs` (429 when its line is full), uploads
+    up to `max_file_size` bytes; with an api_key, every request must bear it."""
     router = APIRouter(prefix="/v1")
     created = int(time.time())
 
@@ -67,7 +67,8 @@ def routes(
             try:
                 _check_key(request, api_key)
                 asked = await _read_form(request, store, max_file_size, Path(folder))
-                work = jobs.run(API_SESSION, openai_schema.transcribe, store, asked, limit=max_waiting)
+                caller = Caller(API, request.client.host if request.client else None)  # turns by client
+                work = jobs.run(caller, openai_schema.transcribe, store, asked)
                 answer = await _while_connected(request, work)
                 if answer is None:
                     logger.info("an API client disconnected: its transcription was stopped")
@@ -114,23 +115,41 @@ async def _read_form(request: Request, store: ModelStore, max_file_size: int, fo
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_file_size + FORM_ROOM:
         raise too_large  # before a byte of it is read
-    try:
-        capped = _capped(request, max_file_size + FORM_ROOM, too_large)
-        form = await capped.form(max_files=1, max_fields=32, max_part_size=MAX_FIELD_BYTES)
-    except ApiError:
-        raise
-    except Exception:  # Starlette's MultiPartException, or the HTTPException it becomes
-        raise ApiError(400, "The body is not a valid multipart form.") from None
+    form = await _parsed(_capped(request, max_file_size + FORM_ROOM, too_large))
     try:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise ApiError(400, "Send the audio as the multipart file field 'file'.", "file")
+        if upload.size is not None and upload.size > max_file_size:
+            raise too_large  # within the room left for the other fields, but over the file's own limit
         name = re.sub(r"[^\w.\- ]", "_", Path(upload.filename or "").name).strip(" .")[:100] or "audio"
         asked = openai_schema.asked(form, store, str(folder / name))  # error messages name the file
         await run_in_threadpool(_save, upload, asked.request.audio)
         return asked
     finally:
         await form.close()
+
+
+async def _parsed(request: Request) -> FormData:
+    """The multipart form, at most one file and 32 fields, each field beside the file up to
+    MAX_FIELD_BYTES (an ApiError naming a field over it)."""
+    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        raise ApiError(
+            400, "Send a multipart/form-data body, with the audio as its file field 'file'.", "file"
+        )
+    parser = MultiPartParser(
+        request.headers, request.stream(), max_files=1, max_fields=32, max_part_size=MAX_FIELD_BYTES
+    )
+    try:
+        return await parser.parse()
+    except MultiPartException as error:
+        field = parser._current_part.field_name  # the part being read (Starlette's message does not say)
+        if "exceeded maximum size" in error.message and field:
+            message = f"The field '{field[:40]}' is over the limit of {MAX_FIELD_BYTES // 1024} KB."
+            raise ApiError(400, message, field[:40]) from None
+        raise ApiError(400, f"The body is not a valid multipart form ({error.message})") from None
+    except ClientDisconnect:
+        raise ApiError(400, "The body ended before the form did.") from None
 
 
 def _capped(request: Request, limit: int, too_large: ApiError) -> Request:
