@@ -154,7 +154,7 @@ def test_twenty_concurrent_clients_get_their_serial_answer_or_a_clear_queue_full
             return Client(app_url, verbose=False).predict(
                 handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe"
             )[0]
-        except Exception as error:  # the queue holds 8 here; the rest are told so
+        except Exception as error:  # past the line's bound (app.jobs) the rest are told so
             return f"error: {error}"
 
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
