@@ -179,9 +179,12 @@ def test_a_model_that_cannot_load_says_which_pair_runs_offline(tmp_path):
 
 
 def test_silence_is_decoded_without_error(store, tmp_path):
+    """With the no-speech rule off, silence decodes as generate() would (on, the page says it is silent:
+    tests/test_no_speech.py)."""
     path = tmp_path / "silence.wav"
     sf.write(path, np.zeros(16_000 * 2, dtype=np.float32), 16_000)
-    view = compare.compare_clip(store, compare.CompareRequest(str(path), SHARED, "en"))
+    request = compare.CompareRequest(str(path), SHARED, "en", detect_no_speech=False)
+    view = compare.compare_clip(store, request)
     assert view.comparison.identical
 
 
