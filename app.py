@@ -83,8 +83,9 @@ import soundfile as sf
 from starlette.middleware import Middleware
 
 from specdec.app import compare, downloads, live, openai_api, views
+from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
-from specdec.app.jobs import PAGE, Caller, CancelOneEvent, Jobs
+from specdec.app.jobs import PAGE, Caller, Jobs
 from specdec.app.store import (
     ModelStore,
     RefusedAudio,

@@ -13,9 +13,10 @@ and nothing left running when nobody waits for it.
   finds room.
 - Jobs wait on the event loop (not in a thread), so a job cancelled while it waits leaves the line at
   once. A job runs in a worker thread inside a cancellation scope (`specdec.engine.cancel`): when it is
-  cancelled (the client's cancel, an API client that disconnects) the decoding is told to stop and the
-  handler waits until it has (one target pass at most) before the models go to the next job. A page that
-  goes away (Gradio's unload) stops its session's jobs the same way.
+  cancelled (the client's cancel, narrowed to its one job by `app.cancel_one`; an API client that
+  disconnects) the decoding is told to stop and the handler waits until it has (one target pass at
+  most) before the models go to the next job. A page that goes away (Gradio's unload) stops its
+  session's jobs the same way.
 - After each job the memory its decoding freed goes back to the system (`release_freed_memory`).
 """
 
@@ -24,14 +25,10 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import functools
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-
-from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specdec.app.store import ModelStore, UserError
 from specdec.engine.cancel import Cancelled, cancellable
@@ -39,9 +36,6 @@ from specdec.engine.cancel import Cancelled, cancellable
 Result = TypeVar("Result")
 PAGE, API = "page", "api"  # the doors
 DOOR_NAMES = {PAGE: "the page", API: "the API"}
-CANCEL_PATH = "/gradio_api/cancel"
-MAX_CANCEL_BYTES = 4096
-GRADIO_TASK_SEPARATOR = "<gradio-sep>"  # Gradio names an event's task "{session}_{fn}<gradio-sep>{event}"
 
 
 class QueueFull(UserError):
@@ -218,59 +212,3 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
-
-
-class CancelOneEvent:
-    """ASGI middleware for Gradio's `POST /gradio_api/cancel {session_hash, fn_index, event_id}`.
-
-    Gradio cancels every running event of that session and endpoint (it finds them by task name,
-    `{session_hash}_{fn_index}`) and waits for them all: a client that cancelled one of its queued jobs
-    stopped its running one too, whose answer then never came, and waited for it to stop. Here only the
-    event named is cancelled (it leaves the line at once if it waits in it); the request then goes on to
-    Gradio with an endpoint that matches no task, and Gradio only tells the client that the event ended
-    and drops it from its own queue."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].endswith(CANCEL_PATH):
-            return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            body, more = body + message.get("body", b""), message.get("more_body", False)
-            if len(body) > MAX_CANCEL_BYTES:
-                return await PlainTextResponse("A cancel request is a few bytes of JSON.", 413)(
-                    scope, receive, send
-                )
-        try:
-            asked = json.loads(body)
-            name = f"{asked['session_hash']}_{asked['fn_index']}{GRADIO_TASK_SEPARATOR}{asked['event_id']}"
-            await _cancel_task(name)
-            body = json.dumps({**asked, "fn_index": -1}).encode()  # no task of Gradio's is named with -1
-        except (ValueError, KeyError, TypeError):
-            pass  # not the body Gradio expects: Gradio answers it as it would
-        headers = [(key, value) for key, value in scope["headers"] if key != b"content-length"]
-        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-
-async def _cancel_task(name: str) -> None:
-    """Cancel the task running one Gradio event, if any, and wait until it has ended (a job in the line
-    leaves it at once; a decoding stops at its next target pass)."""
-    tasks = [task for task in asyncio.all_tasks() if task.get_name() == name]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
