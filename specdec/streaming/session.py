@@ -193,11 +193,11 @@ class StreamSession:
         settled = len(self.buffer) / SAMPLE_RATE - self.options.settle_seconds  # cut no later than this
         agreed = common_prefix(previous, self.hypothesis)
         cut = last_segment_end(agreed, windows, self._timestamp_begin, settled)
-        if cut is None and len(self.buffer) > self.options.trim_seconds * SAMPLE_RATE:
+        long = len(self.buffer) > self.options.trim_seconds * SAMPLE_RATE
+        if cut is None and long:
             cut = last_segment_end(self.hypothesis, windows, self._timestamp_begin, settled)
-            if cut is None:
-                self._commit_until_pause()
-                return 0
+        if cut is None and long:
+            self._commit_until_pause()
         if cut is None:
             return 0
         end, seconds = cut
