@@ -1,6 +1,7 @@
 """Command line: `python -m specdec transcribe AUDIO...`, `python -m specdec stream AUDIO` (a file played as a
 live stream), `python -m specdec corpus INPUT --out DIR` (many files on Ray, resumable),
 `python -m specdec import-ct2 SRC OUT` (a faster-whisper folder as a transformers one),
+`python -m specdec distill TARGET AUDIO_DIR OUT` (a draft that shares the target's encoder, from any audio),
 and `python -m specdec demo-models OUT_DIR`. (The benchmarks run from a checkout: `python -m benchmarks`.)
 
 User errors (unreadable audio, unknown model, bad pair) print one line on stderr, never a traceback.
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING  # noqa: E402
 # Only what the parser needs is imported here, so that `--help` answers at once; each command imports
 # torch, transformers, Ray and the models when it runs.
 from specdec.corpus.command import add_corpus_parser, run_corpus_command  # noqa: E402
+from specdec.distill.command import add_distill_parser, run_distill_command  # noqa: E402
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import (  # noqa: E402
     TASKS,
@@ -166,6 +168,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     stream.set_defaults(command=_stream)
 
     add_corpus_parser(commands).set_defaults(command=_corpus)
+    add_distill_parser(commands).set_defaults(command=run_distill_command)
 
     return parser
 

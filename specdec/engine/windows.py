@@ -169,7 +169,8 @@ def decode_clips(
             if clip.first_prompt is None:
                 clip.language_id = language_id
         rows = [clip.next_row(pair, options, device) for clip in pending]
-        drafter = _draft_model(pair, hidden, pending, rows, encoder, clock) if speculative else None
+        drafting = speculative and _draft_speaks(pair, pending, options)
+        drafter = _draft_model(pair, hidden, pending, rows, encoder, clock) if drafting else None
         if make_drafter is not None:
             drafter = make_drafter(rows, drafter)
         decode_rows(CachedDecoder(target, hidden), drafter, rows, options, clock)
@@ -178,6 +179,13 @@ def decode_clips(
             if on_window is not None:
                 on_window(clip)
     return [clip.result(config) for clip in decodings]
+
+
+def _draft_speaks(pair: ModelPair, clips: list[ClipDecoding], options: DecodeOptions) -> bool:
+    """False where the draft would only be rejected, so its encoder and steps are not paid: an English-only
+    draft and no clip of the round in English (or a translation). The target decodes them alone."""
+    config = pair.target.model.generation_config
+    return any(pair.draft_fits(language_code(config, clip.language_id), options.task) for clip in clips)
 
 
 def _encode(

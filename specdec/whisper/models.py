@@ -13,6 +13,7 @@ from urllib.parse import urlparse
 import torch
 from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 
+from specdec.whisper import self_draft
 from specdec.whisper.bundled import BundleError, bundled_folder, find_bundle, imported_folder, is_installed
 from specdec.whisper.ct2 import CheckpointError, is_ct2_folder
 from specdec.whisper.vocabulary import VocabularyError, VocabularyMap
@@ -42,6 +43,7 @@ HUB_ALIASES = {
 
 
 AUTO = "auto"  # a model name chosen by device (`default_pair`)
+SELF_DRAFT = "self"  # the draft name for the self-draft that ships for the target (`whisper.self_draft`)
 # On a CPU the bundled real pair (large-v3 takes over 30 s per 30 s window there); on a GPU large-v3.
 CPU_DEFAULT_PAIR = ("base", "tiny.en")  # (target, draft)
 GPU_DEFAULT_PAIR = ("large-v3", "tiny")
@@ -223,7 +225,27 @@ def load_pair(
     target_model = load_model(target, torch_device, dtype)
     if draft is None:
         return ModelPair(target_model, None, None, None)
+    if draft == SELF_DRAFT or self_draft.is_self_draft(draft):
+        return make_pair(target_model, load_self_draft(draft, target_model))
     return make_pair(target_model, load_model(draft, torch_device, dtype))
+
+
+def load_self_draft(name: str, target: LoadedModel) -> LoadedModel:
+    """A self-draft folder (or SELF_DRAFT: the one shipped for this target) around the loaded target."""
+    folder = self_draft.shipped_draft(target.model) if name == SELF_DRAFT else Path(name).expanduser()
+    if folder is None:
+        raise PairError(
+            f"no self-draft ships for {target.name}; make one with `python -m specdec distill "
+            f"{target.name} AUDIO_DIR OUT` and pass --draft OUT"
+        )
+    try:
+        model = self_draft.load_self_draft(folder, target.model)
+    except self_draft.SelfDraftError as error:
+        raise PairError(str(error)) from error
+    source = (
+        f"self-draft {folder.name}, {len(model.model.decoder.layers)} decoder layers on the target's encoder"
+    )
+    return LoadedModel(name=str(folder), model=model, processor=target.processor, source=source)
 
 
 def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:

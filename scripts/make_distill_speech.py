@@ -1,0 +1,128 @@
+"""Unlabelled speech for distilling a draft: sentences in many languages spoken by espeak-ng.
+
+    python scripts/make_distill_speech.py OUT [--per-language 400] [--languages en,de,...] [--seed 0]
+
+No human transcript is needed (the draft learns the target's own outputs), so any text serves. The texts come
+from what ships offline: the translated messages of the Debian packages installed here (gettext catalogs under
+/usr/share/locale, read with Python's `gettext`; their English originals for English) and, for English, the
+docstrings of Python's standard library. Each sentence is spoken by a voice of its language at a random speed
+and pitch (espeak-ng's variants), resampled with sox to 16 kHz mono: OUT/<language>/<n>.wav and <n>.txt.
+Needs `apt-get install espeak-ng sox`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gettext
+import glob
+import pydoc
+import random
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# Whisper code -> (gettext catalog folder, espeak-ng voice)
+LANGUAGES = {
+    "en": (None, "en-us"),
+    "de": ("de", "de"),
+    "es": ("es", "es"),
+    "fr": ("fr", "fr-fr"),
+    "nl": ("nl", "nl"),
+    "it": ("it", "it"),
+    "pt": ("pt", "pt"),
+    "ru": ("ru", "ru"),
+    "pl": ("pl", "pl"),
+    "sv": ("sv", "sv"),
+    "tr": ("tr", "tr"),
+    "cs": ("cs", "cs"),
+}
+ENGLISH_VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-us-nyc", "en-gb-scotland", "en-029")
+VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+f1", "+f2", "+f3", "+f4")
+MIN_WORDS, MAX_WORDS = 5, 30
+UNSPEAKABLE = re.compile(r"[%{}<>\\/_=|\[\]@#$^*~`&]|\.\.\.|--|\n")  # format strings, markup, paths
+
+
+def usable(text: str) -> bool:
+    """A sentence worth speaking: plain words, 5-30 of them, no format codes or markup."""
+    words = text.split()
+    return MIN_WORDS <= len(words) <= MAX_WORDS and not UNSPEAKABLE.search(text) and any(c.isalpha() for c in text)
+
+
+def catalog_sentences(folder: str | None) -> list[str]:
+    """Translated messages of every gettext catalog for one locale folder (None: their English originals)."""
+    pattern = f"/usr/share/locale/{folder or '*'}/LC_MESSAGES/*.mo"
+    sentences = set()
+    for path in sorted(glob.glob(pattern)):
+        try:
+            with open(path, "rb") as handle:
+                catalog = gettext.GNUTranslations(handle)._catalog
+        except (OSError, UnicodeDecodeError, LookupError):  # some catalogs are not UTF-8 or broken
+            continue
+        for original, translated in catalog.items():
+            text = original if folder is None else translated
+            if isinstance(original, tuple):
+                original = original[0]
+            if isinstance(text, str) and original and usable(text.strip()):
+                sentences.add(" ".join(text.split()))
+    return sorted(sentences)
+
+
+def docstring_sentences() -> list[str]:
+    """Sentences of the standard library's docstrings (English prose that ships with Python)."""
+    import builtins
+    import collections
+    import json
+    import os
+    import pathlib
+    import statistics
+    import string
+    import textwrap
+
+    sentences = set()
+    for module in (builtins, collections, json, os, pathlib, statistics, string, textwrap, random, re):
+        text = pydoc.render_doc(module, renderer=pydoc.plaintext)
+        for sentence in re.split(r"(?<=[.!?])\s+", " ".join(text.split())):
+            if usable(sentence) and sentence[0].isupper():
+                sentences.add(sentence)
+    return sorted(sentences)
+
+
+def speak(text: str, voice: str, rng: random.Random, out: Path) -> None:
+    """text spoken by voice at a random speed and pitch, as a 16 kHz mono WAV."""
+    with tempfile.NamedTemporaryFile(suffix=".wav") as raw:
+        speed, pitch = rng.randint(130, 185), rng.randint(30, 70)
+        subprocess.run(
+            ["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", raw.name, "--stdin"],
+            input=text.encode(),
+            check=True,
+        )
+        subprocess.run(["sox", raw.name, "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--per-language", type=int, default=400)
+    parser.add_argument("--languages", default=",".join(LANGUAGES))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    for language in args.languages.split(","):
+        folder, voice = LANGUAGES[language]
+        sentences = catalog_sentences(folder) + (docstring_sentences() if folder is None else [])
+        chosen = rng.sample(sentences, min(args.per_language, len(sentences)))
+        directory = args.out / language
+        directory.mkdir(parents=True, exist_ok=True)
+        for n, text in enumerate(chosen):
+            if (directory / f"{n:05d}.txt").exists():  # made by an earlier run with the same seed
+                continue
+            voices = ENGLISH_VOICES if language == "en" else (voice,)
+            speak(text, rng.choice(voices) + rng.choice(VARIANTS), rng, directory / f"{n:05d}.wav")
+            (directory / f"{n:05d}.txt").write_text(text + "\n")
+        print(f"{language}: {len(chosen)} of {len(sentences)} sentences", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

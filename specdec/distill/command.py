@@ -1,0 +1,174 @@
+"""`python -m specdec distill TARGET AUDIO_DIR OUT`: a self-draft for a Whisper target, from unlabelled audio.
+
+The target reads the audio (`distill.data`, cached in OUT/cache so that a second run only trains), a draft
+is trained on its readings (`distill.train`), and OUT gets the draft (`whisper.self_draft`) with its recipe
+and a held-out agreement report per language. Use it with `--draft OUT` beside the same `--target`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+# the CPU draft's settings without torch (`engine.fast_draft.CPU_DRAFT`), for --help
+CPU_DRAFT_VOCABULARY = 16384
+
+
+def add_distill_parser(commands) -> argparse.ArgumentParser:
+    distill = commands.add_parser(
+        "distill", help="train a draft that shares the target's encoder, from unlabelled audio (a self-draft)"
+    )
+    distill.add_argument("target", help="the Whisper model to draft for: hub id, short name or folder")
+    distill.add_argument(
+        "audio_dir", help="audio files, any depth; a folder named by a language code (en, de, ...) forces it"
+    )
+    distill.add_argument("out", help="folder to write the draft into (use it as --draft OUT)")
+    distill.add_argument(
+        "--layers", default=None, help="target decoder layers to start from, e.g. 0,5 (default: first,last)"
+    )
+    distill.add_argument("--epochs", type=int, default=8, help="at most (stops early on held-out agreement)")
+    distill.add_argument("--batch-size", type=int, default=8)
+    distill.add_argument("--learning-rate", type=float, default=3e-4)
+    distill.add_argument(
+        "--held-out", type=float, default=0.1, help="share of windows per language kept apart"
+    )
+    distill.add_argument("--max-windows", type=int, default=None, help="per language, at most (default: all)")
+    distill.add_argument(
+        "--vocabulary",
+        default=str(CPU_DRAFT_VOCABULARY),
+        help="it proposes among this many most frequent text tokens, as the CPU draft runs; 'all': every one",
+    )
+    distill.add_argument(
+        "--window-seconds",
+        type=float,
+        default=28.0,
+        help="clips are packed into windows of up to this much audio",
+    )
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
+    return distill
+
+
+def run_distill_command(args: argparse.Namespace) -> int:
+    from specdec.distill import data
+    from specdec.distill.train import TrainingOptions, default_layers
+    from specdec.engine import kernels
+    from specdec.whisper.models import load_pair
+    from specdec.whisper.self_draft import save_self_draft
+
+    out = Path(args.out)
+    clips = data.find_clips(Path(args.audio_dir))
+    if not clips:
+        raise ValueError(f"no audio files under {args.audio_dir}")
+    pair = load_pair(args.target, None, device=args.device)
+    kernels.pack(pair.target.model)
+    target = pair.target.model
+    rng = random.Random(args.seed)
+    windows = data.plan_windows(clips, rng, args.window_seconds)
+    training_windows, held_out_windows = data.split_windows(windows, args.held_out, args.max_windows, rng)
+    if not held_out_windows:
+        raise ValueError("no held-out windows: give more audio or a larger --held-out")
+    started = time.perf_counter()
+    cache = out / "cache" / _cache_key(args, clips)
+    held_out = _read(pair, held_out_windows, rng, cache / "held-out.pt", "reading held-out windows")
+    training = _read(pair, training_windows, rng, cache / "training.pt", "reading training windows")
+    reading_seconds = time.perf_counter() - started
+    kernels.unpack(target)  # training copies the target's layers (a packed weight cannot be copied)
+    layers = tuple(int(n) for n in args.layers.split(",")) if args.layers else default_layers(target)
+    vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
+    options = TrainingOptions(
+        layers, args.epochs, args.batch_size, args.learning_rate, vocabulary=vocabulary, seed=args.seed
+    )
+    started = time.perf_counter()
+    student, history = _train(target, training, held_out, options)
+    training_seconds = time.perf_counter() - started
+    best = max(history, key=lambda a: a.overall)
+    recipe = {
+        "data": _describe(training, training_windows, held_out, held_out_windows, args.audio_dir),
+        "training": {**vars(options), "layers": list(layers), "epochs_run": len(history) - 1},
+        "seconds": {"reading": round(reading_seconds), "training": round(training_seconds)},
+        "held_out_agreement": {"untrained": _report(history[0]), "draft": _report(best)},
+        "agreement_by_epoch": [round(a.overall, 4) for a in history],
+    }
+    save_self_draft(student, target, pair.target.name, layers, out, recipe)
+    _print_report(history[0], best, out)
+    return 0
+
+
+def _read(pair, windows, rng, path: Path, description: str):
+    from tqdm import tqdm
+
+    from specdec.distill import data
+
+    if path.is_file():
+        return data.load_dataset(path)
+    with tqdm(total=len(windows), desc=description, unit="window", file=sys.stderr) as bar:
+        dataset = data.read_windows(pair, windows, rng, on_batch=bar.update)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data.save_dataset(dataset, path)
+    return dataset
+
+
+def _train(target, training, held_out, options):
+    from tqdm import tqdm
+
+    from specdec.distill.train import train_draft
+
+    bar = tqdm(desc="training", unit="step", file=sys.stderr)
+
+    def on_step(step: int, steps: int, loss: float) -> None:
+        bar.total = steps
+        bar.n = step
+        bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        bar.refresh()
+
+    def on_epoch(epoch: int, agreement) -> None:
+        bar.write(f"epoch {epoch}: held-out next-token agreement {agreement.overall:.3f}", file=sys.stderr)
+        bar.reset()
+
+    try:
+        return train_draft(target, training, held_out, options, on_step, on_epoch)
+    finally:
+        bar.close()
+
+
+def _cache_key(args: argparse.Namespace, clips) -> str:
+    """Readings depend on the target, the clips and how they were grouped and split."""
+    grouping = [args.seed, args.held_out, args.max_windows, args.window_seconds]
+    described = [args.target, *grouping, [str(c.path) for c in clips]]
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
+
+
+def _describe(training, training_windows, held_out, held_out_windows, audio_dir) -> dict:
+    def count(dataset) -> dict:
+        languages: dict[str, int] = {}
+        for sequence in dataset.sequences:
+            languages[sequence.language] = (
+                languages.get(sequence.language, 0) + len(sequence.tokens) - sequence.prompt_length
+            )
+        return dict(sorted(languages.items()))
+
+    clips = sum(len(w) for w in training_windows) + sum(len(w) for w in held_out_windows)
+    return {
+        "audio_dir": str(audio_dir),
+        "clips": clips,
+        "windows": {"training": len(training_windows), "held_out": len(held_out_windows)},
+        "training_tokens_by_language": count(training),
+        "held_out_tokens_by_language": count(held_out),
+    }
+
+
+def _report(agreement) -> dict:
+    return {"overall": round(agreement.overall, 4), **{k: round(v, 4) for k, v in agreement.by_group.items()}}
+
+
+def _print_report(untrained, best, out: Path) -> None:
+    print(f"held-out next-token agreement with the target (untrained -> draft), written to {out}")
+    for group, value in best.by_group.items():
+        print(f"  {group:<16} {untrained.by_group.get(group, 0):.3f} -> {value:.3f}")
+    print(f"  {'overall':<16} {untrained.overall:.3f} -> {best.overall:.3f}")

@@ -1,0 +1,121 @@
+"""A self-draft made by `python -m specdec distill` on the demo models: training fits the target's readings,
+the draft decodes losslessly with both accepted and rejected proposals, and is refused for another target's
+weights or changed bytes. (The demo target's readings are random text: no draft generalises to held-out audio
+there; that is measured on the real pair, `python -m benchmarks e2e`.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from specdec import cli
+from specdec.api import SpeculativeWhisper
+from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.distill import data
+from specdec.distill.train import TrainingOptions, train_draft
+from specdec.options import DecodeOptions
+from specdec.whisper.models import DraftKind, PairError, load_pair
+from specdec.whisper.self_draft import DRAFT_FILE, RECIPE_FILE
+
+ASSETS = Path(__file__).parent.parent / "assets"
+CLIPS = {"en": ["en-weather.wav", "en-fellow-americans.wav", "en-jfk.flac"], "de": ["de-bahnhof.wav"]}
+
+
+@pytest.fixture(scope="module")
+def audio_dir(tmp_path_factory) -> Path:
+    """The English and German assets cut into 1.5-4 s pieces, in folders named by language."""
+    folder = tmp_path_factory.mktemp("distill-audio")
+    rng = np.random.default_rng(0)
+    for language, names in CLIPS.items():
+        (folder / language).mkdir()
+        for name in names:
+            audio = load_audio(ASSETS / name)
+            start = 0
+            while start < len(audio) - SAMPLE_RATE:
+                length = int(rng.uniform(1.5, 4.0) * SAMPLE_RATE)
+                piece = audio[start : start + length]
+                soundfile.write(folder / language / f"{Path(name).stem}-{start}.wav", piece, SAMPLE_RATE)
+                start += length // 2
+    return folder
+
+
+@pytest.fixture(scope="module")
+def distilled(demo_models, audio_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("self-draft")
+    arguments = ["distill", str(demo_models["target"]), str(audio_dir), str(out), "--window-seconds", "4"]
+    assert cli.main([*arguments, "--held-out", "0.25", "--batch-size", "4", "--epochs", "2"]) == 0
+    return out
+
+
+def test_training_fits_the_targets_readings(demo_models, distilled):
+    """Trained on windows and measured on the same ones, the draft's agreement with the target must rise
+    well above where its copied layers start: the loss points the right way."""
+    readings = data.load_dataset(next((distilled / "cache").glob("*/training.pt")))
+    target = load_pair(str(demo_models["target"]), None, device="cpu").target.model
+    # the demo target's text is random ids, most of them past the CPU draft's 16384 most frequent
+    options = TrainingOptions(epochs=2, batch_size=4, learning_rate=1e-3, patience=2, vocabulary=None)
+    _, history = train_draft(target, readings, readings, options)
+    assert max(a.overall for a in history[1:]) > history[0].overall + 0.03, [
+        round(a.overall, 3) for a in history
+    ]
+
+
+def test_distill_writes_the_draft_and_its_recipe(distilled):
+    recipe = json.loads((distilled / RECIPE_FILE).read_text())
+    assert set(recipe["recipe"]["data"]["training_tokens_by_language"]) == {"en", "de"}
+    assert set(recipe["recipe"]["held_out_agreement"]["draft"]) >= {"en", "de", "en+timestamps", "overall"}
+    assert (distilled / DRAFT_FILE).stat().st_size < 2_000_000  # two layers of the demo target, float16
+
+
+def test_self_draft_decodes_losslessly_with_accepted_and_rejected_proposals(demo_models, distilled):
+    whisper = SpeculativeWhisper(str(distilled), str(demo_models["target"]), device="cpu")
+    assert whisper.pair.kind is DraftKind.SHARED_ENCODER
+    assert whisper.pair.draft.model.model.encoder is whisper.pair.target.model.model.encoder
+    drafted = accepted = 0
+    for name in ("en-jfk.flac", "de-bahnhof.wav", "es-biblioteca.wav"):
+        for options in (DecodeOptions(), DecodeOptions(timestamps=True)):
+            speculative = whisper.transcribe_one(ASSETS / name, options)
+            alone = whisper.transcribe_one(ASSETS / name, options, speculative=False)
+            assert speculative.token_ids == alone.token_ids, name
+            stats = speculative.result.stats
+            drafted, accepted = drafted + stats.num_drafted, accepted + stats.num_accepted
+    assert 0 < accepted < drafted, (accepted, drafted)
+
+
+def test_self_draft_is_refused_for_another_targets_weights(demo_models, distilled, tmp_path):
+    other = tmp_path / "other-target"
+    shutil.copytree(demo_models["target"], other)
+    pair = load_pair(str(other), None, device="cpu")
+    with torch.no_grad():
+        pair.target.model.model.decoder.embed_tokens.weight[7] += 1.0  # a fine-tune changes the embeddings
+    pair.target.model.save_pretrained(other)
+    with pytest.raises(PairError, match="was made for"):
+        load_pair(str(other), str(distilled), device="cpu")
+
+
+def test_self_draft_name_without_a_shipped_draft_says_how_to_make_one(demo_models):
+    with pytest.raises(PairError, match="python -m specdec distill"):
+        load_pair(str(demo_models["target"]), "self", device="cpu")
+
+
+def test_changed_draft_weights_are_refused(demo_models, distilled, tmp_path):
+    copy = tmp_path / "changed"
+    shutil.copytree(distilled, copy)
+    with open(copy / DRAFT_FILE, "r+b") as handle:
+        handle.seek(-4, 2)
+        handle.write(b"\x00\x01\x02\x03")
+    with pytest.raises(PairError, match="SHA-256"):
+        load_pair(str(demo_models["target"]), str(copy), device="cpu")
+
+
+def test_distill_offers_the_cpu_drafts_vocabulary_by_default():
+    from specdec.distill.command import CPU_DRAFT_VOCABULARY
+    from specdec.engine.fast_draft import CPU_DRAFT
+
+    assert CPU_DRAFT.vocabulary == CPU_DRAFT_VOCABULARY
