@@ -7,10 +7,12 @@
     real     the bundled real pair on real clips: WER, acceptance, decode and end-to-end time
     cpu      the bundled real pair on this CPU: draft variants, generate(), faster-whisper, memory floors
     corpus   corpus throughput: the Ray Data command (1 and 2 actors) against a plain batched loop
+    e2e      one request as a user sends it (a file path in, its text out) per clip: the target alone,
+             each draft, faster-whisper float32 and int8
 
 Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
-field is its help). The JSON report goes to --out; the exit code is 1 if any output differed from the
-target alone's.
+field is its help). The JSON report goes to --out (a folder, or the file an options class names as its
+OUT); the exit code is 1 if any output differed from the target alone's.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ BENCHMARKS = {
     "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
     "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu_report"),
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
+    "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}
 
@@ -72,7 +75,13 @@ def _add_options(command: argparse.ArgumentParser, options_type: type) -> None:
         kind = next((t for name, t in TYPES.items() if re.search(rf"\b{name}\b", annotation)), str)
         nargs = "+" if annotation.startswith("tuple") else None
         command.add_argument(flag, type=kind, nargs=nargs, default=default, help=help_text)
-    command.add_argument("--out", default="bench-results", help="folder for the JSON (and HTML) report")
+    out = getattr(options_type, "OUT", None)  # a benchmark whose record is kept names its file
+    if out is None:
+        command.add_argument("--out", default="bench-results", help="folder for the JSON (and HTML) report")
+    else:
+        command.add_argument(
+            "--out", default=out, help=f"the JSON report, the HTML beside it (default: {out})"
+        )
 
 
 def _field_comments(options_type: type) -> dict[str, str]:

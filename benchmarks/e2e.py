@@ -1,0 +1,364 @@
+"""`python -m benchmarks e2e`: one request as a user sends it, end to end, per clip.
+
+Each call takes the file's path and returns its transcript: audio decoding, features, encoder(s) and the
+decode are all inside the timed call, the language detected by the target (nothing forced), every option
+at its default. Configurations: the target alone (`transcribe_one(path, speculative=False)`), speculative
+with each draft of `drafts` (any name `SpeculativeWhisper` takes: "tiny.en", "self" for the self-draft
+that ships for the target, a folder), and faster-whisper float32 and int8 on the same whisper-base
+CTranslate2 weights (beam 1, the same thread count, no temperature fallback, no VAD; timestamps only on
+long clips, as ours). Clips: assets/*.wav and *.flac, the long-form assets/long/en-six-parts.flac (over
+30 s `transcribe_one` decodes sequentially, as generate() does) and any --extra files.
+
+Models are loaded once and warmed up with one untimed call each on a clip that is timed nowhere (the
+first seconds of two clips spliced into a temporary WAV). Then `repeats` rounds, the configurations in a
+rotated order each round; per (clip, configuration) the median seconds and ratio = the target alone's
+median / this one's. Every speculative output is checked token for token against the target alone's
+(faster-whisper's text is compared and reported, not required).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import soundfile
+import torch
+import transformers
+
+from benchmarks.common import report_header, write_json
+from benchmarks.cpu import _faster_whisper_models
+from benchmarks.plots import COLOURS
+from specdec.api import SpeculativeWhisper
+from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.longform import is_long
+from specdec.options import DecodeOptions
+from specdec.whisper.models import PairError
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+LONG_CLIPS = (ASSETS / "long" / "en-six-parts.flac",)
+TARGET_ALONE = "target alone"
+COMPUTE_TYPES = ("float32", "int8")  # faster-whisper's
+WARM_UP_SECONDS = 5.0  # taken from each of the first two clips for the warm-up clip
+
+
+@dataclass(frozen=True)
+class E2eBenchOptions:
+    OUT: ClassVar[str] = "docs/bench-e2e-base.json"  # where --out points unless told
+
+    drafts: str = "self,tiny.en"  # comma-separated drafts: "tiny.en", "self" (shipped self-draft), a folder
+    clips: str = ""  # only these clips, comma-separated names (en-jfk) or paths; empty: all of them
+    extra: str = ""  # more audio files, comma-separated (audio the drafts were never trained on)
+    repeats: int = 3  # rounds: every configuration decodes every clip once per round, order rotated
+    target: str = "base"  # the target; faster-whisper runs only beside the bundled base
+    faster_whisper: bool = True  # time faster-whisper float32 and int8 too when it is installed
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    draft: str | None = None  # specdec speculative: the draft's name
+    compute_type: str = ""  # faster-whisper: "float32" or "int8"
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: Path
+    seconds: float  # of audio
+    long: bool  # over 30 s: decoded long-form, with timestamps
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass
+class Call:
+    """One configuration's call on one clip in one round."""
+
+    seconds: float
+    language: str
+    text: str
+    token_ids: tuple[int, ...] | None = None  # None for faster-whisper (its text is compared)
+    stats: dict = field(default_factory=dict)  # specdec: `DecodeResult.stats()`
+
+
+def split(names: str) -> list[str]:
+    return [name.strip() for name in names.split(",") if name.strip()]
+
+
+def clips(options: E2eBenchOptions) -> list[Clip]:
+    """The short assets, the long clip and --extra, or the --clips among them (or given by path)."""
+    extra = [Path(name) for name in split(options.extra)]
+    found = [*sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]), *LONG_CLIPS, *extra]
+    if options.clips:
+        by_name = {key: path for path in found for key in (path.stem, path.name, str(path))}
+        found = [by_name.get(name, Path(name)) for name in split(options.clips)]
+    missing = [str(path) for path in found if not path.is_file()]
+    if missing:
+        choices = ", ".join(path.stem for path in [*sorted(ASSETS.glob("*.*")), *LONG_CLIPS])
+        raise SystemExit(f"e2e: no audio file {', '.join(missing)} (clip names: {choices})")
+    waveforms = {path: load_audio(path, max_seconds=None) for path in found}
+    return [Clip(path, len(audio) / SAMPLE_RATE, is_long(audio)) for path, audio in waveforms.items()]
+
+
+def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Config], str]:
+    """Config name -> its model (a SpeculativeWhisper or a faster-whisper model), the configs, a note."""
+    models: dict[str, object] = {}
+    configs = [Config(TARGET_ALONE)]
+    for draft in split(options.drafts):
+        try:
+            models[f"draft {draft}"] = SpeculativeWhisper(
+                draft_model=draft, final_model=options.target, device="cpu"
+            )
+        except PairError as error:
+            raise SystemExit(f"e2e: the draft {draft!r} cannot draft for {options.target}: {error}") from None
+        configs.append(Config(f"draft {draft}", draft=draft))
+    models[TARGET_ALONE] = SpeculativeWhisper(draft_model=None, final_model=options.target, device="cpu")
+    if options.target != "base":
+        return models, configs, "faster-whisper: left out (its weights are the bundled base's)"
+    fw_models, note = _faster_whisper_models(options.faster_whisper)
+    for compute_type, model in fw_models.items():
+        models[f"faster-whisper {compute_type}"] = model
+        configs.append(Config(f"faster-whisper {compute_type}", compute_type=compute_type))
+    return models, configs, note
+
+
+def call(config: Config, model, path: Path, long: bool) -> Call:
+    """The timed request: the file's path in, its transcript out."""
+    if config.compute_type:
+        start = time.perf_counter()
+        segments, info = model.transcribe(
+            str(path),
+            beam_size=1,
+            temperature=0.0,
+            without_timestamps=not long,
+            condition_on_previous_text=False,
+            vad_filter=False,
+        )
+        text = "".join(segment.text for segment in segments).strip()  # decoding happens while iterating
+        return Call(time.perf_counter() - start, info.language, text)
+    start = time.perf_counter()
+    found = model.transcribe_one(str(path), DecodeOptions(), speculative=config.draft is not None)
+    seconds = time.perf_counter() - start
+    return Call(seconds, found.language, found.text, found.token_ids, found.result.stats())
+
+
+def warm_up_clip(clips: list[Clip], folder: Path) -> Path:
+    """The first WARM_UP_SECONDS of (up to) two clips, spliced into a WAV that no round times."""
+    samples = int(WARM_UP_SECONDS * SAMPLE_RATE)
+    parts = [load_audio(clip.path, max_seconds=None)[:samples] for clip in clips[:2]]
+    path = folder / "warm-up.wav"
+    soundfile.write(path, np.concatenate(parts), SAMPLE_RATE)
+    return path
+
+
+def measure(
+    configs: list[Config], models: dict[str, object], clips: list[Clip], repeats: int, log
+) -> dict[tuple[str, Path], list[Call]]:
+    """(config name, clip path) -> one Call per round, the configurations rotated each round."""
+    calls: dict[tuple[str, Path], list[Call]] = {}
+    for round_index in range(repeats):
+        shift = round_index % len(configs)
+        for clip in clips:
+            for config in configs[shift:] + configs[:shift]:
+                found = call(config, models[config.name], clip.path, clip.long)
+                calls.setdefault((config.name, clip.path), []).append(found)
+        log(f"round {round_index + 1}/{repeats} done")
+    return calls
+
+
+def rows_of(
+    configs: list[Config], clips: list[Clip], calls: dict[tuple[str, Path], list[Call]]
+) -> list[dict]:
+    """One row per (clip, configuration): medians, ratio to the target alone, acceptance, identity."""
+    rows = []
+    for clip in clips:
+        alone = calls[(TARGET_ALONE, clip.path)]
+        alone_median = statistics.median(c.seconds for c in alone)
+        for config in configs:
+            mine = calls[(config.name, clip.path)]
+            median = statistics.median(c.seconds for c in mine)
+            stats = mine[0].stats
+            # faster-whisper's ids are its own tokenizer's: only its text is compared
+            identical = None if config.compute_type else all(c.token_ids == alone[0].token_ids for c in mine)
+            rows.append({
+                "clip": clip.name,
+                "path": str(clip.path),
+                "language": mine[0].language,
+                "clip_language": alone[0].language,  # the target's detection
+                "audio_seconds": round(clip.seconds, 2),
+                "long_form": clip.long,
+                "configuration": config.name,
+                "kind": "faster-whisper" if config.compute_type else "specdec",
+                "draft": config.draft,
+                "median_seconds": median,
+                "all_seconds": [c.seconds for c in mine],
+                "ratio": alone_median / median,
+                "acceptance_rate": stats.get("acceptance_rate"),
+                "accepted": stats.get("num_accepted"),
+                "drafted": stats.get("num_drafted"),
+                "target_passes": stats.get("num_target_passes"),
+                "identical": identical,
+                "same_text": all(c.text == alone[0].text for c in mine),
+                "text": mine[0].text,
+            })  # fmt: skip
+    return rows
+
+
+def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
+    """Per draft: the short-English median ratio, the non-English minimum, long-form against the target
+    alone and against faster-whisper, acceptance per language (accepted / drafted over its clips)."""
+    found = {}
+    for draft in drafts:
+        mine = [row for row in rows if row["draft"] == draft]
+        english = [r["ratio"] for r in mine if r["clip_language"] == "en" and not r["long_form"]]
+        other = [r["ratio"] for r in mine if r["clip_language"] != "en"]
+        long = {r["clip"]: r for r in mine if r["long_form"]}
+        against = {}
+        for compute_type in COMPUTE_TYPES:
+            theirs = [
+                r for r in rows if r["configuration"] == f"faster-whisper {compute_type}" and r["long_form"]
+            ]
+            if theirs and long:
+                against[compute_type] = statistics.median(
+                    r["median_seconds"] / long[r["clip"]]["median_seconds"] for r in theirs
+                )
+        acceptance = {}
+        for language in dict.fromkeys(r["clip_language"] for r in mine):
+            of = [r for r in mine if r["clip_language"] == language]
+            drafted = sum(r["drafted"] for r in of)
+            acceptance[language] = sum(r["accepted"] for r in of) / drafted if drafted else None
+        found[draft] = {
+            "short_english_median_ratio": statistics.median(english) if english else None,
+            "non_english_min_ratio": min(other) if other else None,
+            "long_form_ratio": statistics.median(r["ratio"] for r in long.values()) if long else None,
+            "long_form_vs_faster_whisper": against,
+            "acceptance_by_language": acceptance,
+        }
+    return found
+
+
+def table(rows: list[dict], configs: list[Config]) -> str:
+    """Clips down, configurations across: median seconds and ratio to the target alone."""
+    names = [config.name for config in configs]
+    lines = [
+        f"| clip | lang | audio s | {' | '.join(names)} | speculative = target alone |",
+        "|---|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for clip in dict.fromkeys(row["clip"] for row in rows):
+        mine = {row["configuration"]: row for row in rows if row["clip"] == clip}
+        first = mine[TARGET_ALONE]
+        cells = []
+        for name in names:
+            row = mine[name]
+            ratio = "" if name == TARGET_ALONE else f" {row['ratio']:.2f}x"
+            alpha = "" if row["acceptance_rate"] is None else f" α {row['acceptance_rate']:.2f}"
+            alpha = " no drafts" if row["draft"] and row["drafted"] == 0 else alpha
+            other = "" if row["same_text"] else " *"
+            cells.append(f"{row['median_seconds']:.2f} s{ratio}{alpha}{other}")
+        differ = [name for name, row in mine.items() if row["identical"] is False]
+        verdict = "NO: " + ", ".join(differ) if differ else "yes"
+        long = " (long)" if first["long_form"] else ""
+        lines.append(
+            f"| {clip}{long} | {first['clip_language']} | {first['audio_seconds']:.1f} | {' | '.join(cells)} "
+            f"| {verdict} |"
+        )
+    notes = "* text other than the target alone's; α: acceptance rate; no drafts: the draft did not run"
+    return "\n".join(lines) + f"\n({notes})"
+
+
+def summary_lines(found: dict[str, dict]) -> list[str]:
+    def x(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    lines = []
+    for draft, figures in found.items():
+        against = ", ".join(f"{t} {x(v)}" for t, v in figures["long_form_vs_faster_whisper"].items())
+        acceptance = ", ".join(
+            f"{language} {'(no drafts)' if rate is None else f'{rate:.2f}'}"
+            for language, rate in figures["acceptance_by_language"].items()
+        )
+        lines.append(
+            f"{draft}: short English median {x(figures['short_english_median_ratio'])}, non-English min "
+            f"{x(figures['non_english_min_ratio'])}, long-form {x(figures['long_form_ratio'])}"
+            f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
+        )
+    return lines
+
+
+def figure(rows: list[dict], configs: list[Config], title: str):
+    """Ratio to the target alone per clip: a bar per draft, faster-whisper as markers, a line at 1.0."""
+    import plotly.graph_objects as go
+
+    result = go.Figure()
+    others = [config for config in configs if config.name != TARGET_ALONE]
+    for colour, config in zip(COLOURS * 3, others, strict=False):
+        mine = [row for row in rows if row["configuration"] == config.name]
+        x, y = [row["clip"] for row in mine], [row["ratio"] for row in mine]
+        if config.draft:
+            result.add_bar(x=x, y=y, name=f"speculative, draft {config.draft}", marker={"color": colour})
+        else:
+            result.add_scatter(x=x, y=y, name=config.name, mode="markers", marker={"size": 11})
+    result.add_hline(y=1.0, line={"color": "grey", "dash": "dash"}, annotation_text="target alone")
+    result.update_layout(
+        title=title, barmode="group", yaxis_title="x the target alone, end to end (median)",
+        height=480, width=1100, template="plotly_white",
+    )  # fmt: skip
+    return result
+
+
+def describe(model) -> str:
+    """What a configuration runs: the pair's names and sources, or faster-whisper's model."""
+    if not isinstance(model, SpeculativeWhisper):
+        return f"faster-whisper {type(model).__name__}"
+    target, draft = model.pair.target, model.pair.draft
+    found = f"{target.name} ({target.source})"
+    return found if draft is None else f"{found} <- {draft.name} ({draft.source})"
+
+
+def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
+    """Run the benchmark, print the table and the summary, write the JSON (and the HTML beside it)."""
+    started = time.perf_counter()
+    log = lambda message: print(f"[{time.perf_counter() - started:5.0f} s] {message}", flush=True)  # noqa: E731
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    chosen = clips(options)
+    models, configs, note = load_models(options)
+    print(note)
+    with tempfile.TemporaryDirectory() as folder:
+        warm_up = warm_up_clip(chosen, Path(folder))
+        for config in configs:
+            call(config, models[config.name], warm_up, long=False)
+        log(f"models loaded and warmed up ({', '.join(c.name for c in configs)})")
+        calls = measure(configs, models, chosen, options.repeats, log)
+    rows = rows_of(configs, chosen, calls)
+    drafts = [config.draft for config in configs if config.draft]
+    found = summary(rows, drafts)
+    print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n")
+    print(table(rows, configs), "\n")
+    print("\n".join(summary_lines(found)))
+    identical = all(row["identical"] is not False for row in rows)
+    print(
+        "\nevery speculative output equals the target alone's" if identical else "\n!!! SOME OUTPUTS DIFFER"
+    )
+    report = {
+        **report_header(command, options),
+        "models": {name: describe(model) for name, model in models.items()},
+        "faster_whisper": note,
+        "rows": rows,
+        "summary": found,
+        "identical": identical,
+        "wall_seconds": time.perf_counter() - started,
+    }
+    path = out if out.suffix == ".json" else out / "e2e.json"
+    write_json(report, path)
+    html = path.with_suffix(".html")
+    title = f"end to end, per clip, x the target alone ({options.target}): {command}"
+    html.write_text(figure(rows, configs, title).to_html(include_plotlyjs="cdn"))
+    print(f"wrote {path} and {html} ({report['wall_seconds']:.0f} s)")
+    return report

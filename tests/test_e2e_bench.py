@@ -1,0 +1,60 @@
+"""The end-to-end benchmark's report: each configuration timed on each clip in every round, speculative
+output checked against the target alone's, the summary per draft, the JSON and the HTML beside it; clips
+and drafts that cannot be used end it with a message.
+
+Runs on the demo checkpoints (seconds): the target and the draft given by folder, a clip of noise written
+here. Timings are never asserted: they are benchmark figures.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile
+
+from benchmarks.__main__ import main
+from benchmarks.e2e import E2eBenchOptions, clips
+from specdec.audio import SAMPLE_RATE
+
+
+def test_default_clips_are_the_assets_and_the_long_one():
+    found = {clip.name: clip for clip in clips(E2eBenchOptions())}
+    assert {"en-jfk", "de-bahnhof", "fr-marche", "es-biblioteca", "en-six-parts"} <= set(found)
+    assert [name for name, clip in found.items() if clip.long] == ["en-six-parts"]
+    assert [clip.name for clip in clips(E2eBenchOptions(clips="en-jfk,fr-marche.wav"))] == [
+        "en-jfk",
+        "fr-marche",
+    ]
+    with pytest.raises(SystemExit, match="no audio file no-such-clip"):
+        clips(E2eBenchOptions(clips="no-such-clip"))
+
+
+@pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it
+def test_report_on_demo_models(demo_models, tmp_path):
+    clip = tmp_path / "noise.wav"
+    noise = 0.1 * np.random.default_rng(3).standard_normal(2 * SAMPLE_RATE)
+    soundfile.write(clip, noise.astype(np.float32), SAMPLE_RATE)
+    draft, out = str(demo_models["draft-shared"]), tmp_path / "report" / "e2e.json"
+    code = main(
+        [
+            "e2e", "--target", str(demo_models["target"]), "--drafts", draft, "--clips", str(clip),
+            "--repeats", "2", "--no-faster-whisper", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(out.read_text())
+    alone, speculative = report["rows"]
+    assert (alone["configuration"], speculative["configuration"]) == ("target alone", f"draft {draft}")
+    assert len(alone["all_seconds"]) == len(speculative["all_seconds"]) == 2
+    assert speculative["identical"] is True and speculative["drafted"] > 0
+    assert speculative["target_passes"] < alone["target_passes"]
+    assert report["summary"][draft]["long_form_ratio"] is None  # no long clip given
+    assert report["identical"] and out.with_suffix(".html").exists()
+
+
+def test_a_draft_that_cannot_be_loaded_ends_with_its_message(demo_models, tmp_path):
+    target = str(demo_models["target"])
+    with pytest.raises(SystemExit, match="the draft 'self' cannot draft .* no self-draft ships"):
+        main(["e2e", "--target", target, "--drafts", "self", "--clips", "en-jfk", "--out", str(tmp_path)])
