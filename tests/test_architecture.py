@@ -1,7 +1,8 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
 base (options, trace, audio, wer)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
-<-  corpus/  <-  cli, app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
+<-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  benchmarks/ (outside the
+package) on top, through public interfaces.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ ALLOWED = {
     "api": {"whisper", "engine", "longform"},
     "streaming": {"whisper", "engine", "longform", "api", "streaming"},
     "corpus": {"whisper", "engine", "longform", "api", "corpus"},
-    "cli": {"whisper", "engine", "longform", "api", "streaming", "corpus"},
+    "distill": {"whisper", "engine", "distill"},
+    "cli": {"whisper", "engine", "longform", "api", "streaming", "corpus", "distill"},
     "app": {"whisper", "engine", "longform", "api", "streaming", "app"},
 }
 

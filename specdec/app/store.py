@@ -22,7 +22,9 @@ from specdec.whisper.models import (
     LoadedModel,
     PairError,
     default_pair,
+    is_self_draft_name,
     load_model,
+    load_self_draft,
     make_pair,
     pick_device,
     resolve_model_name,
@@ -135,8 +137,13 @@ class ModelStore:
         device = pick_device(self.device)
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         try:
-            models = [self._model(name, device, dtype) for name in (target_name, draft_name)]
-            whisper = SpeculativeWhisper.from_pair(make_pair(*models))
+            target = self._model(target_name, device, dtype)
+            if is_self_draft_name(draft_name):  # built around the target it was made from
+                draft = load_self_draft(draft_name, target)
+                kernels.pack(draft.model)
+            else:
+                draft = self._model(draft_name, device, dtype)
+            whisper = SpeculativeWhisper.from_pair(make_pair(target, draft))
         except PairError as error:
             message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
             raise UnavailablePair(f"{message} (Details: {error})") from error
@@ -214,6 +221,6 @@ def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> 
         return ""
     what = "translating" if task == "translate" else f"on {language or 'non-English'} audio"
     return (
-        f"{whisper.pair.draft.name} drafts English only: {what} its drafts are mostly rejected, and adaptive "
-        "drafting pauses it. The output is still the target's own."
+        f"{whisper.pair.draft.name} drafts English only: {what} the target decodes alone (the draft is not "
+        "run). The output is the target's own either way."
     )

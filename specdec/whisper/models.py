@@ -106,8 +106,8 @@ class ModelPair:
         return is_multilingual(self.target) and self.draft is not None and not is_multilingual(self.draft)
 
     def draft_fits(self, language: str | None, task: str) -> bool:
-        """False when an English-only draft meets another language or a translation: its proposals are then
-        mostly rejected (adaptive drafting pauses it; the output is the target's all the same)."""
+        """False when an English-only draft meets another language or a translation: its proposals would be
+        rejected, so the target decodes such windows alone (`engine.windows`)."""
         return not self.english_only_draft or (language in ("en", None) and task == "transcribe")
 
 
@@ -171,6 +171,12 @@ def hub_reachable() -> bool:
 
 def unavailable(name: str) -> str | None:
     """Why a model's weights cannot be had here (without loading anything), or None when they can."""
+    if name == SELF_DRAFT:
+        return (
+            None
+            if any(self_draft.SHIPPED.glob(f"*/{self_draft.RECIPE_FILE}"))
+            else "no self-draft ships here"
+        )
     resolved = resolve_model_name(name)
     if Path(resolved).is_dir() or hub_has(resolved):
         return None
@@ -225,9 +231,14 @@ def load_pair(
     target_model = load_model(target, torch_device, dtype)
     if draft is None:
         return ModelPair(target_model, None, None, None)
-    if draft == SELF_DRAFT or self_draft.is_self_draft(draft):
+    if is_self_draft_name(draft):
         return make_pair(target_model, load_self_draft(draft, target_model))
     return make_pair(target_model, load_model(draft, torch_device, dtype))
+
+
+def is_self_draft_name(name: str) -> bool:
+    """SELF_DRAFT or a self-draft folder: loaded around its target (`load_self_draft`), not on its own."""
+    return name == SELF_DRAFT or self_draft.is_self_draft(name)
 
 
 def load_self_draft(name: str, target: LoadedModel) -> LoadedModel:
