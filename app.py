@@ -1,6 +1,6 @@
 """specdec web demo: Whisper decoding alone and with speculative decoding, side by side.
 
-python app.py                 # real models: whisper-base <- whisper-tiny.en on a CPU (bundled, offline),
+python app.py                 # real models: whisper-base <- its self-draft on a CPU (bundled, offline),
                               # whisper-large-v3 <- whisper-tiny on a GPU (from the hub)
 python app.py --demo-models   # random-weight demo checkpoints for tests: transcripts are meaningless
 

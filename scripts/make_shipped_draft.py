@@ -13,6 +13,7 @@ a window costs the target ~1.3 s here). The readings are cached in WORK, so a se
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import time
@@ -26,7 +27,7 @@ from specdec.distill.command import _print_report, _report
 from specdec.distill.train import TrainingOptions, default_layers, train_draft
 from specdec.engine import kernels
 from specdec.whisper.models import load_pair
-from specdec.whisper.self_draft import SHIPPED, save_self_draft
+from specdec.whisper.self_draft import RECIPE_FILE, SHIPPED, load_self_draft, save_self_draft
 
 OTHER_LANGUAGE_WINDOWS = 60  # training windows per language other than English
 
@@ -38,6 +39,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=SHIPPED / "base-2l")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--resume", type=Path, default=None, help="a self-draft to train further")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(0)
     pair = load_pair("base", None, device="cpu")
@@ -59,10 +62,11 @@ def main() -> None:
     reading_seconds = time.perf_counter() - started
     kernels.unpack(pair.target.model)
     layers = default_layers(pair.target.model)
-    options = TrainingOptions(layers, epochs=args.epochs, learning_rate=args.learning_rate)
+    options = TrainingOptions(layers, epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed)
+    resumed = None if args.resume is None else load_self_draft(args.resume, pair.target.model).float()
     started = time.perf_counter()
     student, history = train_draft(
-        pair.target.model, training_readings, held_out_readings, options, None, _epoch
+        pair.target.model, training_readings, held_out_readings, options, None, _epoch, resumed
     )
     training_seconds = time.perf_counter() - started
     best = max(history, key=lambda a: a.overall)
@@ -81,6 +85,7 @@ def main() -> None:
         "held_out_agreement": {"untrained": _report(history[0]), "draft": _report(best)},
         "agreement_by_epoch": [round(a.overall, 4) for a in history],
         "command": "scripts/make_shipped_draft.py (see its docstring)",
+        "resumed_from": None if args.resume is None else json.loads((args.resume / RECIPE_FILE).read_text()),
     }
     save_self_draft(student, pair.target.model, "openai/whisper-base", layers, args.out, recipe)
     _print_report(history[0], best, args.out)

@@ -111,7 +111,7 @@ class SpeculativeWhisper:
         draft_settings: DraftSettings | None = None,
     ) -> None:
         """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
-        the pair. "auto": whisper-base with whisper-tiny.en on a CPU (real weights shipped in packages),
+        the pair. "auto": whisper-base with its self-draft on a CPU (real weights shipped in packages),
         large-v3 with tiny on a GPU. draft_model=None decodes with the target alone.
 
         packed_kernels: give the models' decoders oneDNN-packed weights (CPU, float32; faster steps, the

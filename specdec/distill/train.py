@@ -62,14 +62,15 @@ def train_draft(
     options: TrainingOptions = TrainingOptions(),
     on_step: Callable[[int, int, float], None] | None = None,
     on_epoch: Callable[[int, Agreement], None] | None = None,
+    student: WhisperForConditionalGeneration | None = None,
 ) -> tuple[WhisperForConditionalGeneration, list[Agreement]]:
     """The trained draft (its best epoch) and the held-out agreement before training and after each epoch.
-    on_step(step, steps_per_epoch, loss) follows each step; on_epoch(epoch, agreement) each epoch."""
+    on_step(step, steps_per_epoch, loss) follows each step; on_epoch(epoch, agreement) each epoch; student:
+    a draft to train further (trained in place), instead of a new copy of options.layers."""
     torch.manual_seed(options.seed)
     rng = random.Random(options.seed)
     target.requires_grad_(False)
-    layers = options.layers or default_layers(target)
-    student = make_student(target, layers)
+    student = student or make_student(target, options.layers or default_layers(target))
     decoder = student.model.decoder
     parameters = [*decoder.layers.parameters(), *decoder.layer_norm.parameters()]
     for parameter in parameters:

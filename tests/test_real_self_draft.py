@@ -1,0 +1,62 @@
+"""The self-draft that ships for whisper-base, on real speech: two of base's own decoder layers, trained by
+`scripts/make_shipped_draft.py` on espeak-ng speech in twelve languages, reading base's encoder states.
+
+It loads by name (`--draft self`) around the bundled base and runs no encoder of its own; its output is
+`generate()`'s, with and without timestamps, language forced and detected, in English and German; it is
+accepted on real English speech (JFK, never seen in training) and proposes in German too, where the
+English-only tiny.en cannot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_lossless import reference_ids
+
+from specdec.api import SpeculativeWhisper
+from specdec.audio import load_audio
+from specdec.options import DecodeOptions
+from specdec.whisper.models import DraftKind
+from specdec.whisper.self_draft import SHIPPED, read_recipe
+
+ASSETS = Path(__file__).parent.parent / "assets"
+MIN_JFK_ACCEPTANCE = 0.6  # measured: see docs/models.md
+CASES = {
+    "jfk": ("en-jfk.flac", DecodeOptions()),
+    "weather-timestamps": ("en-weather.wav", DecodeOptions(timestamps=True)),
+    "de-forced": ("de-bahnhof.wav", DecodeOptions(language="de")),
+    "de-timestamps": ("de-bahnhof.wav", DecodeOptions(timestamps=True)),
+}
+
+
+@pytest.fixture(scope="module")
+def self_pair(real_models) -> SpeculativeWhisper:
+    return SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def decoded(self_pair) -> dict:
+    return {case: self_pair.transcribe_one(ASSETS / name, options) for case, (name, options) in CASES.items()}
+
+
+def test_the_shipped_draft_is_base_2l_and_shares_bases_encoder(self_pair):
+    (folder,) = [path for path in SHIPPED.iterdir() if path.is_dir()]
+    assert read_recipe(folder).layers == (0, 5)
+    assert self_pair.pair.kind is DraftKind.SHARED_ENCODER
+    assert self_pair.pair.draft.model.model.encoder is self_pair.pair.target.model.model.encoder
+    assert len(self_pair.pair.draft.model.model.decoder.layers) == 2
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_self_draft_output_is_generates(self_pair, decoded, case):
+    name, options = CASES[case]
+    assert list(decoded[case].token_ids) == reference_ids(self_pair, load_audio(ASSETS / name), options), case
+
+
+def test_self_draft_is_accepted_on_real_english_and_drafts_german(decoded):
+    jfk = decoded["jfk"].result
+    assert MIN_JFK_ACCEPTANCE <= jfk.acceptance_rate <= 1, jfk.acceptance_rate
+    german = decoded["de-forced"].result
+    assert german.num_drafted > 0 and german.num_accepted > 0  # an English-only draft is not even run here
+    print(f"acceptance: jfk {jfk.acceptance_rate:.2f}, de-bahnhof {german.acceptance_rate:.2f}")
