@@ -139,6 +139,7 @@ class BatchBench:
             language=LANGUAGE,
             max_new_tokens=max_new_tokens,
             num_draft_tokens=self.options.num_draft_tokens,
+            adaptive=False,  # fixed k, or cost-aware
             cost_aware=config.cost_aware,
         )
         make_drafter = controlled(pair, self.plans[: config.batch_size]) if config.draft else None

@@ -162,7 +162,11 @@ class CpuBench:
         return runs
 
 
-BATCH_POLICIES = {"target alone": None, "fixed": {}, "cost-aware": {"cost_aware": True}}
+BATCH_POLICIES = {
+    "target alone": None,
+    "fixed": {"adaptive": False},
+    "cost-aware": {"adaptive": False, "cost_aware": True},
+}
 
 
 def batch_runs(bench: CpuBench, waveforms: dict[str, np.ndarray], log) -> dict[str, dict]:

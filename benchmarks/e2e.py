@@ -199,6 +199,10 @@ def rows_of(
                 "median_seconds": median,
                 "all_seconds": [c.seconds for c in mine],
                 "ratio": alone_median / median,
+                # the decode phase alone (encoders excluded), median over rounds: the warm decode-only figure
+                "decode_seconds": None if config.compute_type else statistics.median(
+                    c.stats["decode_seconds"] for c in mine
+                ),
                 "acceptance_rate": stats.get("acceptance_rate"),
                 "accepted": stats.get("num_accepted"),
                 "drafted": stats.get("num_drafted"),
@@ -233,8 +237,14 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             of = [r for r in mine if r["clip_language"] == language]
             drafted = sum(r["drafted"] for r in of)
             acceptance[language] = sum(r["accepted"] for r in of) / drafted if drafted else None
+        short_english = [r for r in mine if r["clip_language"] == "en" and not r["long_form"]]
+        alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
+        decode_alone = sum(alone[r["clip"]]["decode_seconds"] for r in short_english)
+        decode_mine = sum(r["decode_seconds"] for r in short_english)
         found[draft] = {
             "short_english_median_ratio": statistics.median(english) if english else None,
+            # the decode phase alone, summed over the short English clips (the warm decode-only figure)
+            "short_english_decode_ratio": decode_alone / decode_mine if decode_mine else None,
             "non_english_min_ratio": min(other) if other else None,
             "long_form_ratio": statistics.median(r["ratio"] for r in long.values()) if long else None,
             "long_form_vs_faster_whisper": against,
@@ -284,7 +294,8 @@ def summary_lines(found: dict[str, dict]) -> list[str]:
             for language, rate in figures["acceptance_by_language"].items()
         )
         lines.append(
-            f"{draft}: short English median {x(figures['short_english_median_ratio'])}, non-English min "
+            f"{draft}: short English median {x(figures['short_english_median_ratio'])} (decode only "
+            f"{x(figures['short_english_decode_ratio'])}), non-English min "
             f"{x(figures['non_english_min_ratio'])}, long-form {x(figures['long_form_ratio'])}"
             f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
         )

@@ -107,6 +107,7 @@ class LongBench:
             language=LANGUAGE,
             max_new_tokens=options.max_new_tokens,
             num_draft_tokens=options.num_draft_tokens,
+            adaptive=False,  # fixed k, or cost-aware
             cost_aware=options.cost_aware,
         )
         self.target_only = ModelPair(self.bench.target, None, None, None)

@@ -100,7 +100,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument("--top-p", type=float, default=None)
     transcribe.add_argument("--seed", type=int, default=None)
     transcribe.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
-    transcribe.add_argument("--adaptive", action="store_true", help="adapt k to the acceptance")
+    transcribe.add_argument(
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeOptions.adaptive,
+        help="adapt k to the acceptance (default); --no-adaptive: k fixed",
+    )
     transcribe.add_argument(
         "--cost-aware",
         action="store_true",

@@ -24,7 +24,8 @@ class DecodeOptions:
     top_p: float | None = None  # nucleus sampling on the target's (and draft's) distribution
     seed: int | None = None  # seeds the explicit torch.Generator used for sampling
     num_draft_tokens: int = 5  # k: tokens the draft proposes per target pass (the start value if adaptive)
-    adaptive: bool = False  # grow k after a fully accepted draft, shrink it after a rejection
+    adaptive: bool = True  # grow k after a fully accepted draft, shrink it after a rejection, pause a draft
+    # that keeps failing (a language it does not speak): never much slower than the target alone; False: fixed
     min_draft_tokens: int = 1  # bounds of adaptive k
     max_draft_tokens: int = 12
     cost_aware: bool = False  # batches: each step's k from measured pass costs (`draft_cost`); greedy

@@ -63,7 +63,7 @@ def test_start_up_without_models_serves_a_plain_explanation(tmp_path):
 
     args = app.parse_args(["--target", str(tmp_path / "missing"), "--draft", str(tmp_path / "also-missing")])
     store, load_error = app.make_store(args)
-    assert load_error and "bundled pair, whisper-base ← whisper-tiny.en" in load_error
+    assert load_error and "bundled pair, whisper-base ← its self-draft or ← whisper-tiny.en" in load_error
     banner = app.banner_html(store, demo_mode=False, load_error=load_error)
     assert banner.startswith('<div class="specdec-banner"') and "Traceback" not in banner
 

@@ -135,7 +135,10 @@ def test_trace_is_complete_and_consistent(separate_pair):
         last = step_tokens[-1]
         if step.target_token is not None:
             assert last.token_id == step.target_token
-            assert last.label == (BONUS if step.n_accepted == len(step.drafted) else CORRECTED)
+            if not step.drafted:  # adaptive drafting paused the draft: the target's own token
+                assert last.label == TARGET
+            else:
+                assert last.label == (BONUS if step.n_accepted == len(step.drafted) else CORRECTED)
         assert result.pass_of(step).draft_seconds >= 0 and result.pass_of(step).verify_seconds > 0
     for token in result.tokens:
         assert 0 <= token.target_prob <= 1

@@ -59,18 +59,17 @@ def test_training_fits_the_targets_readings(demo_models, distilled):
     readings = data.load_dataset(next((distilled / "cache").glob("*/training.pt")))
     target = load_pair(str(demo_models["target"]), None, device="cpu").target.model
     # the demo target's text is random ids, most of them past the CPU draft's 16384 most frequent
-    options = TrainingOptions(epochs=2, batch_size=4, learning_rate=1e-3, patience=2, vocabulary=None)
+    options = TrainingOptions(epochs=2, batch_size=4, learning_rate=1e-4, patience=2, vocabulary=None)
     _, history = train_draft(target, readings, readings, options)
-    assert max(a.overall for a in history[1:]) > history[0].overall + 0.03, [
-        round(a.overall, 3) for a in history
-    ]
+    agreements = [round(a.overall, 3) for a in history]  # measured 0.77 -> 0.92 -> 0.96
+    assert max(agreements[1:]) > agreements[0] + 0.1, agreements
 
 
 def test_distill_writes_the_draft_and_its_recipe(distilled):
     recipe = json.loads((distilled / RECIPE_FILE).read_text())
     assert set(recipe["recipe"]["data"]["training_tokens_by_language"]) == {"en", "de"}
     assert set(recipe["recipe"]["held_out_agreement"]["draft"]) >= {"en", "de", "en+timestamps", "overall"}
-    assert (distilled / DRAFT_FILE).stat().st_size < 2_000_000  # two layers of the demo target, float16
+    assert (distilled / DRAFT_FILE).stat().st_size < 5_000_000  # two layers of the demo target, float16
 
 
 def test_self_draft_decodes_losslessly_with_accepted_and_rejected_proposals(demo_models, distilled):
@@ -83,8 +82,8 @@ def test_self_draft_decodes_losslessly_with_accepted_and_rejected_proposals(demo
             speculative = whisper.transcribe_one(ASSETS / name, options)
             alone = whisper.transcribe_one(ASSETS / name, options, speculative=False)
             assert speculative.token_ids == alone.token_ids, name
-            stats = speculative.result.stats
-            drafted, accepted = drafted + stats.num_drafted, accepted + stats.num_accepted
+            result = speculative.result
+            drafted, accepted = drafted + result.num_drafted, accepted + result.num_accepted
     assert 0 < accepted < drafted, (accepted, drafted)
 
 

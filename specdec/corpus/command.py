@@ -36,7 +36,12 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
     corpus.add_argument("--task", choices=TASKS, default="transcribe")
     corpus.add_argument("--timestamps", action="store_true", help="predict timestamps: rows get segments")
     corpus.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
-    corpus.add_argument("--adaptive", action="store_true", help="adapt k to the acceptance")
+    corpus.add_argument(
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=DecodeOptions.adaptive,
+        help="adapt k to the acceptance (default); --no-adaptive: k fixed",
+    )
     corpus.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window")
     corpus.add_argument("--batch-size", type=int, default=8, help="files an actor decodes together")
     corpus.add_argument(
