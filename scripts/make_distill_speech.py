@@ -47,7 +47,11 @@ UNSPEAKABLE = re.compile(r"[%{}<>\\/_=|\[\]@#$^*~`&]|\.\.\.|--|\n")  # format st
 def usable(text: str) -> bool:
     """A sentence worth speaking: plain words, 5-30 of them, no format codes or markup."""
     words = text.split()
-    return MIN_WORDS <= len(words) <= MAX_WORDS and not UNSPEAKABLE.search(text) and any(c.isalpha() for c in text)
+    return (
+        MIN_WORDS <= len(words) <= MAX_WORDS
+        and not UNSPEAKABLE.search(text)
+        and any(c.isalpha() for c in text)
+    )
 
 
 def catalog_sentences(folder: str | None) -> list[str]:

@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--resume", type=Path, default=None, help="a self-draft to train further")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", default=None, help="the target's decoder layers to copy, e.g. 0,3,5")
     args = parser.parse_args()
     torch.manual_seed(0)
     pair = load_pair("base", None, device="cpu")
@@ -62,6 +63,8 @@ def main() -> None:
     reading_seconds = time.perf_counter() - started
     kernels.unpack(pair.target.model)
     layers = default_layers(pair.target.model)
+    if args.layers:
+        layers = tuple(int(layer) for layer in args.layers.split(","))
     options = TrainingOptions(layers, epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed)
     resumed = None if args.resume is None else load_self_draft(args.resume, pair.target.model).float()
     started = time.perf_counter()

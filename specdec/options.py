@@ -30,7 +30,8 @@ class DecodeOptions:
     max_draft_tokens: int = 12
     cost_aware: bool = False  # batches: each step's k from measured pass costs (`draft_cost`); greedy
     # output is unchanged, but seeded sampling then depends on timings
-    draft_confidence: float = 0.0  # stop drafting early when the draft's prob of its proposal is below this
+    draft_confidence: float = 0.5  # stop drafting after a proposal the draft gives less than this
+    # probability (an unsure token is likely rejected, and what follows it surely is); 0: k tokens every time
     max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
     prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before every window
     # generate()'s no-speech rule: a window is judged no speech, its text left empty, when the target's

@@ -97,7 +97,10 @@ def test_cost_aware_batch_equals_alone_while_k_changes(shared_pair):
     """Batch == alone for every option and kind is test_lossless.py's; here the batch's k really changes
     between steps (exploration, then the measured choice), with accepted and rejected drafts."""
     pair = shared_pair
-    options = DecodeOptions(language="en", cost_aware=True, max_new_tokens=MAX_NEW_TOKENS)
+    # draft_confidence=0: every row drafts the k chosen (no early stop), so the drafts' lengths show k
+    options = DecodeOptions(
+        language="en", cost_aware=True, draft_confidence=0.0, max_new_tokens=MAX_NEW_TOKENS
+    )
     batched = decode_together(pair, options)
     assert_same_outputs(batched, decode_alone(pair, options))
     first_window = [[s for s in t.result.steps if s.window == 0] for t in batched]
