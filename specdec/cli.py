@@ -10,17 +10,20 @@ User errors (unreadable audio, unknown model, bad pair) print one line on stderr
 from __future__ import annotations
 
 import os
+import sys
 
-# Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores, and timings
-# (bench, --compare) are taken on shared machines; passive waiting costs nothing alone. Read by the
-# OpenMP runtime when torch loads, so it is set before anything imports torch.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Busy-waiting OpenMP threads slow torch 30-50x when several torch processes share the cores, as the
+# corpus command's Ray actors do: there threads wait passively. A single process is faster with the
+# runtime's default (measured on the bundled pair, 2 cores: passive waiting costs the target alone ~7%
+# and a speculative decode ~15%, its many small draft operators each waking threads; docs/benchmarks.md).
+# Read by the OpenMP runtime when torch loads, so it is set before anything imports torch.
+if sys.argv[1:2] == ["corpus"]:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
-import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
