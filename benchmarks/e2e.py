@@ -82,7 +82,11 @@ class Clip:
 
     @property
     def name(self) -> str:
-        return self.path.stem
+        """The file's stem; with its folder's name for a file outside the assets (unique in the table: two
+        folders of --extra may each hold a 00000.wav)."""
+        if self.path.resolve().parent in (ASSETS, ASSETS / "long"):
+            return self.path.stem
+        return f"{self.path.parent.name}/{self.path.stem}"
 
 
 @dataclass
