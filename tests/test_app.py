@@ -12,6 +12,7 @@ import soundfile as sf
 from specdec.app import compare, highlight, plots, views
 from specdec.app import store as stores
 from specdec.app.views import Comparison, verdict
+from specdec.engine.fast_draft import CPU_DRAFT, default_settings
 from specdec.options import DecodeOptions
 from specdec.trace import ACCEPTED, CORRECTED, DRAFT_MODEL, DecodeResult, Encoding, Pass, Step, TokenRecord
 from specdec.wer import alignment_html, word_errors
@@ -117,6 +118,17 @@ def test_wer_is_shown_for_both_runs(view):
 def test_runs_alternate_their_order(store):
     orders = [store.next_baseline_first() for _ in range(4)]
     assert orders[0] != orders[1] and orders[:2] == orders[2:]
+
+
+@pytest.mark.parametrize("label", [SEPARATE, SHARED])
+def test_the_page_runs_the_draft_as_the_package_does(store, label):
+    """The page's timings are the package's: its pairs' drafts run with SpeculativeWhisper's default
+    settings (on a CPU the int8, restricted-vocabulary, lean draft), not the plain loaded draft."""
+    whisper = store.whisper(label)
+    settings = whisper.pair.draft_settings
+    assert default_settings(whisper.pair.target.model) == CPU_DRAFT  # float32 on the CPU
+    assert (settings.int8, settings.vocabulary, settings.lean_step) == (True, CPU_DRAFT.vocabulary, True)
+    assert whisper.pair.draft is not whisper.pair.plain_draft
 
 
 def test_sampling_verdict_is_not_an_alarm(store):

@@ -18,6 +18,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
+from specdec.engine.fast_draft import default_settings, tune_draft
 from specdec.whisper.models import (
     SELF_DRAFT,
     LoadedModel,
@@ -148,7 +149,10 @@ class ModelStore:
                 kernels.pack(draft.model)
             else:
                 draft = self._model(draft_name, device, dtype)
-            whisper = SpeculativeWhisper.from_pair(make_pair(target, draft))
+            # the draft runs as SpeculativeWhisper runs it by default (on a CPU: int8, restricted vocabulary,
+            # lean step); the page's timings are then what the package and the CLI give
+            pair = make_pair(target, draft)
+            whisper = SpeculativeWhisper.from_pair(tune_draft(pair, default_settings(target.model)))
         except PairError as error:
             message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
             raise UnavailablePair(f"{message} (Details: {error})") from error
