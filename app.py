@@ -85,7 +85,7 @@ from starlette.middleware import Middleware
 from specdec.app import compare, downloads, live, openai_api, views
 from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
-from specdec.app.jobs import PAGE, Caller, Jobs
+from specdec.app.jobs import MODEL_THREAD, PAGE, Caller, Jobs
 from specdec.app.store import (
     ModelStore,
     RefusedAudio,
@@ -620,7 +620,7 @@ def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
     store.max_seconds = args.max_seconds
     try:  # on ZeroGPU every pair loads now: the GPU worker is forked per call and keeps nothing
         for label in store.pairs if ON_ZERO_GPU else [store.default_pair]:
-            store.whisper(label)
+            MODEL_THREAD.submit(store.whisper, label).result()  # where the jobs will run (jobs.py)
     except UserError as error:
         return store, str(error)
     return store, None

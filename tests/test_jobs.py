@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specdec.app.jobs import API, PAGE, Caller, Jobs, serving_order
+from specdec.app.jobs import API, MODEL_THREAD, PAGE, Caller, Jobs, serving_order
 from specdec.app.store import UserError
 
 ANONYMOUS, OTHER, KEYED = Caller(PAGE, "anonymous"), Caller(PAGE, "other page"), Caller(API, "127.0.0.1")
@@ -64,6 +64,21 @@ def test_turns_go_to_the_door_and_the_caller_served_longest_ago():
         "other page",
         *(f"anonymous {i}" for i in range(3, 7)),
     ]
+
+
+def test_every_job_runs_on_the_one_model_thread():
+    """Jobs from both doors and several callers run on MODEL_THREAD, where the server loads its models:
+    one OpenMP pool for all torch work (a second one throttles both: see app.jobs)."""
+
+    async def scenario() -> set[str]:
+        jobs = line()
+        callers = [ANONYMOUS, OTHER, KEYED, ANONYMOUS]
+        names = await asyncio.gather(*(jobs.run(c, lambda: threading.current_thread().name) for c in callers))
+        loaded = MODEL_THREAD.submit(lambda: threading.current_thread().name).result()
+        return {*names, loaded}
+
+    names = asyncio.run(scenario())
+    assert len(names) == 1 and next(iter(names)).startswith("specdec-models")
 
 
 def test_serving_order_alternates_doors_and_callers():
