@@ -14,7 +14,7 @@ import torch
 from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
 from specdec.engine import kernels
-from specdec.engine.fast_draft import default_settings, tune_draft
+from specdec.engine.fast_draft import tune_draft
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
@@ -124,8 +124,6 @@ class SpeculativeWhisper:
             for model in (self.pair.target, self.pair.draft):
                 if model is not None:
                     kernels.pack(model.model)
-        if draft_settings is None:
-            draft_settings = default_settings(self.pair.target.model)
         self.pair = tune_draft(self.pair, draft_settings)
 
     @classmethod

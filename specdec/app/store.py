@@ -18,7 +18,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
-from specdec.engine.fast_draft import default_settings, tune_draft
+from specdec.engine.fast_draft import tune_draft
 from specdec.whisper.models import (
     SELF_DRAFT,
     LoadedModel,
@@ -152,7 +152,7 @@ class ModelStore:
             # the draft runs as SpeculativeWhisper runs it by default (on a CPU: int8, restricted vocabulary,
             # lean step); the page's timings are then what the package and the CLI give
             pair = make_pair(target, draft)
-            whisper = SpeculativeWhisper.from_pair(tune_draft(pair, default_settings(target.model)))
+            whisper = SpeculativeWhisper.from_pair(tune_draft(pair))
         except PairError as error:
             message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
             raise UnavailablePair(f"{message} (Details: {error})") from error

@@ -56,13 +56,16 @@ def default_settings(model: nn.Module) -> DraftSettings:
     )
 
 
-def tune_draft(pair: ModelPair, settings: DraftSettings) -> ModelPair:
-    """The pair with its draft running as `settings` say (a copy of the loaded draft; see above).
+def tune_draft(pair: ModelPair, settings: DraftSettings | None = None) -> ModelPair:
+    """The pair with its draft running as `settings` say (a copy of the loaded draft; see above); None:
+    `default_settings` of the target, as `SpeculativeWhisper` and the app run it unless told.
 
     audio_context does nothing for a draft that reads the target's encoder states; int8 needs the CPU."""
     plain = pair.plain_draft or pair.draft
     if plain is None:
         return pair
+    if settings is None:
+        settings = default_settings(pair.target.model)
     if pair.kind is DraftKind.SHARED_ENCODER:
         settings = dataclasses.replace(settings, audio_context=False)
     if dataclasses.replace(settings, lean_step=False) == DraftSettings():  # the loaded draft's weights
