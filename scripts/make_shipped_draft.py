@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from specdec.distill import data
-from specdec.distill.command import _print_report, _report
-from specdec.distill.train import TrainingOptions, default_layers, train_draft
+from specdec.distill.command import agreement_report, parse_layers, print_report, read_cached
+from specdec.distill.train import TrainingOptions, train_draft
 from specdec.engine import kernels
 from specdec.whisper.models import load_pair
 from specdec.whisper.self_draft import RECIPE_FILE, SHIPPED, load_self_draft, save_self_draft
@@ -58,13 +57,11 @@ def main() -> None:
         if language == "en" or counts[language] <= OTHER_LANGUAGE_WINDOWS:
             kept.append(window)
     started = time.perf_counter()
-    held_out_readings = _read(pair, held_out, rng, args.work / "heldout.pt")
-    training_readings = _read(pair, kept, rng, args.work / "train.pt")
+    held_out_readings = read_cached(pair, held_out, rng, args.work / "heldout.pt", "reading heldout.pt", 16)
+    training_readings = read_cached(pair, kept, rng, args.work / "train.pt", "reading train.pt", 16)
     reading_seconds = time.perf_counter() - started
     kernels.unpack(pair.target.model)
-    layers = default_layers(pair.target.model)
-    if args.layers:
-        layers = tuple(int(layer) for layer in args.layers.split(","))
+    layers = parse_layers(args.layers, pair.target.model)
     options = TrainingOptions(layers, epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed)
     resumed = None if args.resume is None else load_self_draft(args.resume, pair.target.model).float()
     started = time.perf_counter()
@@ -85,23 +82,13 @@ def main() -> None:
         "training": {**vars(options), "layers": list(layers), "epochs_run": len(history) - 1},
         "seconds": {"reading": round(reading_seconds), "training": round(training_seconds)},
         "machine": "2 CPU cores, float32, no GPU",
-        "held_out_agreement": {"untrained": _report(history[0]), "draft": _report(best)},
+        "held_out_agreement": {"untrained": agreement_report(history[0]), "draft": agreement_report(best)},
         "agreement_by_epoch": [round(a.overall, 4) for a in history],
         "command": "scripts/make_shipped_draft.py (see its docstring)",
         "resumed_from": None if args.resume is None else json.loads((args.resume / RECIPE_FILE).read_text()),
     }
     save_self_draft(student, pair.target.model, "openai/whisper-base", layers, args.out, recipe)
-    _print_report(history[0], best, args.out)
-
-
-def _read(pair, windows, rng, path: Path) -> data.Dataset:
-    if path.is_file():
-        return data.load_dataset(path)
-    with tqdm(total=len(windows), desc=f"reading {path.name}", unit="window", file=sys.stderr) as bar:
-        readings = data.read_windows(pair, windows, rng, 16, bar.update)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data.save_dataset(readings, path)
-    return readings
+    print_report(history[0], best, args.out)
 
 
 def _epoch(epoch: int, agreement) -> None:

@@ -56,7 +56,7 @@ def add_distill_parser(commands) -> argparse.ArgumentParser:
 
 def run_distill_command(args: argparse.Namespace) -> int:
     from specdec.distill import data
-    from specdec.distill.train import TrainingOptions, default_layers
+    from specdec.distill.train import TrainingOptions
     from specdec.engine import kernels
     from specdec.whisper.models import load_pair
     from specdec.whisper.self_draft import save_self_draft
@@ -75,11 +75,11 @@ def run_distill_command(args: argparse.Namespace) -> int:
         raise ValueError("no held-out windows: give more audio or a larger --held-out")
     started = time.perf_counter()
     cache = out / "cache" / _cache_key(args, clips)
-    held_out = _read(pair, held_out_windows, rng, cache / "held-out.pt", "reading held-out windows")
-    training = _read(pair, training_windows, rng, cache / "training.pt", "reading training windows")
+    held_out = read_cached(pair, held_out_windows, rng, cache / "held-out.pt", "reading held-out windows")
+    training = read_cached(pair, training_windows, rng, cache / "training.pt", "reading training windows")
     reading_seconds = time.perf_counter() - started
     kernels.unpack(target)  # training copies the target's layers (a packed weight cannot be copied)
-    layers = tuple(int(n) for n in args.layers.split(",")) if args.layers else default_layers(target)
+    layers = parse_layers(args.layers, target)
     vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
     options = TrainingOptions(
         layers, args.epochs, args.batch_size, args.learning_rate, vocabulary=vocabulary, seed=args.seed
@@ -92,15 +92,24 @@ def run_distill_command(args: argparse.Namespace) -> int:
         "data": _describe(training, training_windows, held_out, held_out_windows, args.audio_dir),
         "training": {**vars(options), "layers": list(layers), "epochs_run": len(history) - 1},
         "seconds": {"reading": round(reading_seconds), "training": round(training_seconds)},
-        "held_out_agreement": {"untrained": _report(history[0]), "draft": _report(best)},
+        "held_out_agreement": {"untrained": agreement_report(history[0]), "draft": agreement_report(best)},
         "agreement_by_epoch": [round(a.overall, 4) for a in history],
     }
     save_self_draft(student, target, pair.target.name, layers, out, recipe)
-    _print_report(history[0], best, out)
+    print_report(history[0], best, out)
     return 0
 
 
-def _read(pair, windows, rng, path: Path, description: str):
+def parse_layers(text: str | None, target) -> tuple[int, ...]:
+    """--layers "0,3,5" as a tuple; None or empty: `train.default_layers` (the first and the last)."""
+    from specdec.distill.train import default_layers
+
+    return tuple(int(n) for n in text.split(",")) if text else default_layers(target)
+
+
+def read_cached(pair, windows, rng, path: Path, description: str, batch_size: int = 8):
+    """The target's readings of the windows (`data.read_windows`, with a progress bar), from path if there,
+    else read and saved there."""
     from tqdm import tqdm
 
     from specdec.distill import data
@@ -108,7 +117,7 @@ def _read(pair, windows, rng, path: Path, description: str):
     if path.is_file():
         return data.load_dataset(path)
     with tqdm(total=len(windows), desc=description, unit="window", file=sys.stderr) as bar:
-        dataset = data.read_windows(pair, windows, rng, on_batch=bar.update)
+        dataset = data.read_windows(pair, windows, rng, batch_size, on_batch=bar.update)
     path.parent.mkdir(parents=True, exist_ok=True)
     data.save_dataset(dataset, path)
     return dataset
@@ -163,11 +172,11 @@ def _describe(training, training_windows, held_out, held_out_windows, audio_dir)
     }
 
 
-def _report(agreement) -> dict:
+def agreement_report(agreement) -> dict:
     return {"overall": round(agreement.overall, 4), **{k: round(v, 4) for k, v in agreement.by_group.items()}}
 
 
-def _print_report(untrained, best, out: Path) -> None:
+def print_report(untrained, best, out: Path) -> None:
     print(f"held-out next-token agreement with the target (untrained -> draft), written to {out}")
     for group, value in best.by_group.items():
         print(f"  {group:<16} {untrained.by_group.get(group, 0):.3f} -> {value:.3f}")
