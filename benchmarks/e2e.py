@@ -50,8 +50,8 @@ LONG_CLIPS = (ASSETS / "long" / "en-six-parts.flac",)
 TARGET_ALONE = "target alone"
 COMPUTE_TYPES = ("float32", "int8")  # faster-whisper's
 WARM_UP_SECONDS = 5.0  # taken from each of the first two clips for the warm-up clip
-# untimed pause before each call: OpenMP threads left spinning by the call before (CTranslate2's or
-# torch's, the runtimes' default waiting) go to sleep and do not steal the next call's cores
+# untimed pause before each call: OpenMP threads left spinning by the call before (the runtime's default
+# waiting; in the child process, CTranslate2's) go to sleep and do not steal the next call's cores
 SETTLE_SECONDS = 0.3
 
 
@@ -244,7 +244,8 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
     found = {}
     for draft in drafts:
         mine = [row for row in rows if row["draft"] == draft]
-        english = [r["ratio"] for r in mine if r["clip_language"] == "en" and not r["long_form"]]
+        short_english = [r for r in mine if r["clip_language"] == "en" and not r["long_form"]]
+        english = [r["ratio"] for r in short_english]
         other = [r["ratio"] for r in mine if r["clip_language"] != "en"]
         long = {r["clip"]: r for r in mine if r["long_form"]}
         against = {}
@@ -261,7 +262,6 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             of = [r for r in mine if r["clip_language"] == language]
             drafted = sum(r["drafted"] for r in of)
             acceptance[language] = sum(r["accepted"] for r in of) / drafted if drafted else None
-        short_english = [r for r in mine if r["clip_language"] == "en" and not r["long_form"]]
         alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
         decode_alone = sum(alone[r["clip"]]["decode_seconds"] for r in short_english)
         decode_mine = sum(r["decode_seconds"] for r in short_english)

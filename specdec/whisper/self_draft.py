@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 from torch import nn
 from transformers import WhisperForConditionalGeneration
 
@@ -144,9 +144,10 @@ def load_self_draft(
             f"the draft in {folder} was made for {draft.target}, not for the target loaded "
             "(its weights differ); make one for it with `python -m specdec distill`"
         )
-    weights = load_file(str(folder / DRAFT_FILE))
-    if hashlib.sha256((folder / DRAFT_FILE).read_bytes()).hexdigest() != draft.recipe.get("draft_sha256"):
+    data = (folder / DRAFT_FILE).read_bytes()  # read once: checked, then parsed
+    if hashlib.sha256(data).hexdigest() != draft.recipe.get("draft_sha256"):
         raise SelfDraftError(f"{folder / DRAFT_FILE} does not match the SHA-256 in its {RECIPE_FILE}")
+    weights = load(data)
     model = _shell(target, len(draft.layers))
     decoder = model.model.decoder
     parameter = next(target.parameters())
