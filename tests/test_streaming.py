@@ -35,7 +35,7 @@ def trimmed_stream(separate_pair):
     waveform = np.concatenate(
         [speech("en-weather")[: 5 * SAMPLE_RATE], speech("en-fellow-americans")[: 4 * SAMPLE_RATE]]
     )
-    options = StreamOptions(language="en", trim_seconds=3.0)
+    options = StreamOptions(language="en", trim_seconds=3.0, max_load=None)  # every chunk decoded
     session = StreamSession(separate_pair, options)
     return waveform, session, run(session, waveform)
 
@@ -70,6 +70,42 @@ def test_clear_and_finish_reset_and_commit(separate_pair):
     session.clear()
     assert session.committed_text == "" and session.updates == [] and len(session.buffer) == 0
     assert session.feed(np.zeros(CHUNK, dtype=np.float32)).decoded is False
+
+
+def test_a_slow_stream_decodes_fewer_longer_updates_and_every_one_is_the_target_alone(separate_pair):
+    """At a pace no update can keep (max_load tiny), speech is held back up to max_wait_seconds: an update
+    every 2 s of audio instead of every chunk, each the target's own on its buffer, and the held-back end
+    decoded where the speech ends (the clip's silent last chunk), its hypothesis committed whole."""
+    waveform = speech()  # 6.4 s
+    options = StreamOptions(language="en", vad=False, max_load=1e-9, max_wait_seconds=2.0)
+    session = StreamSession(separate_pair, options)
+    updates = [*run(session, waveform), session.finish()]
+    decoded = [update for update in updates if update.decoded]
+    assert [update.held_back for update in updates[:6]] == [False, True, False, True, False, True]
+    assert len(decoded) == 4 and not updates[-2].speech and updates[-2].decoded
+    assert updates[-2].committed_tokens == len(updates[-2].hypothesis) and len(session.buffer) == 0
+    for update in decoded:
+        start = round(update.buffer_start_seconds * SAMPLE_RATE)
+        buffer = waveform[start : round(update.stream_seconds * SAMPLE_RATE)]
+        options = DecodeOptions(language=update.language, timestamps=True, prompt_ids=update.prompt_ids)
+        alone = separate_pair.transcribe_waveform(buffer, options, speculative=False)
+        assert update.hypothesis == alone.token_ids, f"update {update.index}"
+    assert session.committed_text == updates[-2].committed_text != ""
+
+
+def test_speech_held_back_is_decoded_where_the_utterance_ends(separate_pair):
+    """An utterance held back for the pace and then ended by silence: the silent chunk decodes it and
+    commits it whole, so nothing said waits for the next utterance."""
+    words = load_audio(ASSETS / "en-jfk.flac")[round(3.2 * SAMPLE_RATE) : round(4.2 * SAMPLE_RATE)]
+    stream = np.concatenate([words, np.zeros(2 * SAMPLE_RATE, np.float32)])
+    options = StreamOptions(language="en", max_load=1e-9)
+    session = StreamSession(separate_pair, options)
+    session.last_update_seconds = 1.0  # as if an earlier update had been slow
+    held, ended, rested = run(session, stream)
+    assert held.speech and held.held_back and not held.decoded
+    assert not ended.speech and ended.decoded and ended.committed_tokens == len(ended.hypothesis) > 0
+    assert ended.committed_text == separate_pair.decode_text(list(ended.hypothesis))
+    assert not rested.decoded and session.committed_text == ended.committed_text
 
 
 def test_silence_is_not_decoded_and_invents_no_text(separate_pair):
@@ -137,7 +173,7 @@ def test_an_agreement_a_later_hypothesis_contradicts_loses_no_speech(separate_pa
         [begin, *the_weather, begin + 200],
         [begin, *the_weather, 25, 26, begin + 250],
     ]
-    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False))
+    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False, max_load=None))
     ScriptedDecoder(session, hypotheses)
     loud = 0.1 * np.ones(CHUNK, dtype=np.float32)
     updates = [session.feed(loud) for _ in hypotheses]
@@ -180,7 +216,8 @@ def test_a_long_open_segment_is_cut_at_a_pause_and_nothing_is_lost(separate_pair
     again and committed whole, the rest stays in the buffer; the final text is both decodings' text."""
     begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
     hypotheses = [[begin, 10], [begin, 11], [begin, 12], [begin, 13, 14], [begin, 15], [begin, 16]]
-    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False, trim_seconds=2.5))
+    options = StreamOptions(language="en", vad=False, trim_seconds=2.5, max_load=None)
+    session = StreamSession(separate_pair, options)
     ScriptedDecoder(session, hypotheses)
     loud = 0.1 * np.random.default_rng(1).standard_normal(3 * CHUNK).astype(np.float32)
     loud[round(1.6 * CHUNK) : round(1.9 * CHUNK)] = 0  # the pause

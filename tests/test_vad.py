@@ -87,8 +87,8 @@ def test_noise_between_utterances_is_never_decoded(separate_pair):
         noise(3, "pink", 2), jfk[round(3.2 * SAMPLE_RATE) : round(3.9 * SAMPLE_RATE)], pause,
         noise(2, "white", 3),
     ])  # fmt: skip
-    options = StreamOptions(language="en", reuse_hypothesis=False, use_draft=False)  # the target alone
-    session = StreamSession(separate_pair, options)
+    options = StreamOptions(language="en", reuse_hypothesis=False, use_draft=False, max_load=None)
+    session = StreamSession(separate_pair, options)  # the target alone, every speech chunk decoded
     updates, buffers = [], []
     for chunk in chunks(stream):
         updates.append(session.feed(chunk))

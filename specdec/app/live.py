@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,7 +19,7 @@ import soxr
 
 from specdec.app import plots
 from specdec.app.highlight import token_texts
-from specdec.app.jobs import release_freed_memory
+from specdec.app.jobs import MODEL_THREAD, release_freed_memory
 from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
 from specdec.audio import SAMPLE_RATE, AudioError, to_mono
 from specdec.streaming.session import TARGET_SOURCE, StreamOptions, StreamSession, Update
@@ -52,7 +53,9 @@ class Listener:
     The stream handler only hands chunks over and returns: while a handler call is pending, the browser
     holds back its next chunks, so a handler that decoded inline would stall the microphone stream. The
     worker feeds every whole `chunk_seconds` that has arrived in one update, so when decoding is slower
-    than real time the updates cover more audio each instead of falling further behind.
+    than real time the updates cover more audio each instead of falling further behind. The decoding
+    itself runs on `MODEL_THREAD`, as every job does (see `app.jobs`: a second thread running torch
+    would make OpenMP stop spinning between operators).
     """
 
     def __init__(self, session: StreamSession, work_lock: threading.Lock | None = None) -> None:
@@ -103,7 +106,7 @@ class Listener:
         if len(tail) >= SAMPLE_RATE // 10:
             self._feed(tail)
         self.stopped = True
-        return self.session.finish()
+        return self._run(self.session.finish)
 
     def close(self, wait: bool = True) -> None:
         """Let the worker decode the whole chunks already heard and end (wait: until it has)."""
@@ -123,7 +126,7 @@ class Listener:
                     return
                 continue
             if self._closing or not self._wake.wait(IDLE_SECONDS):
-                release_freed_memory()  # this thread's arena keeps what its updates freed otherwise
+                MODEL_THREAD.submit(release_freed_memory)  # what its updates freed, back to the system
                 return
             self._wake.clear()
 
@@ -137,11 +140,19 @@ class Listener:
         return piece
 
     def _feed(self, piece: np.ndarray) -> None:
-        with self.work_lock:
-            update = self.session.feed(piece)
+        self._run(self.session.feed, piece)
+
+    def _run(self, work: Callable[..., Update], *args) -> Update:
+        """One session call on the model thread, holding the models; a decoded update's delay noted."""
+        update = MODEL_THREAD.submit(self._locked, work, *args).result()
         if update.decoded:  # its delay first: the page reads the updates from another thread
             self.lag_seconds[update.index] = max(self.heard_seconds - update.stream_seconds, 0.0)
             self.last_decoded = update
+        return update
+
+    def _locked(self, work: Callable[..., Update], *args) -> Update:
+        with self.work_lock:  # taken on the model thread, as jobs take it, so neither waits on the other
+            return work(*args)
 
     def _resample(self, rate: int, samples: np.ndarray) -> np.ndarray:
         mono = to_mono("microphone chunk", samples)
@@ -252,7 +263,8 @@ def stats_html(listener: Listener | None) -> str:
     sources = ", ".join(
         f"{source} {counts['accepted']}/{counts['drafted']}" for source, counts in last.proposals.items()
     )
-    rests = [u for u in listener.session.updates if u.chunk_seconds and not u.decoded]  # for want of speech
+    rests = [u for u in listener.session.updates if u.chunk_seconds and not (u.decoded or u.speech)]
+    held_back = sum(update.held_back for update in listener.session.updates)
     noise = sum(plots.activity(update, listener.options.silence_dbfs) == plots.NOISE for update in rests)
     return heard + (
         f"<p><b>Update {len(decoded)}</b> at {last.stream_seconds:.1f} s of audio: decoded in "
@@ -262,8 +274,13 @@ def stats_html(listener: Listener | None) -> str:
         f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
         f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
         f"chunks without speech not decoded: {len(rests) - noise} silent, {noise} of noise; "
-        f"{listener.merged} chunks merged into the next update to keep up.</p>{_draft_note(listener)}"
+        f"{listener.merged} chunks merged into the next update to keep up, {held_back} held back so that "
+        f"decoding takes at most {_pace(listener.options)} of the time.</p>{_draft_note(listener)}"
     )
+
+
+def _pace(options: StreamOptions) -> str:
+    return "all" if options.max_load is None else f"{options.max_load:.0%}"
 
 
 def stopping_html(listener: Listener) -> str:

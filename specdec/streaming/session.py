@@ -16,6 +16,11 @@ Only chunks with speech are decoded, so no text is invented on silence, noise or
 the quiet chunks. Where an utterance ends (no speech for `pause_seconds`), its last hypothesis is
 committed and the buffer cut; nothing is decoded until speech starts again, and the next utterance is
 decoded with the audio just before it and the committed text as its prompt.
+
+Decoding keeps to a pace (`max_load`): an update that took L seconds makes the next one wait for L /
+`max_load` seconds of audio (whole chunks, never more than `max_wait_seconds`), so a slow machine decodes
+fewer, longer updates instead of spending all its time re-encoding the buffer. Speech held back is decoded
+at the next pause, where the utterance ends and at `finish()`, so nothing heard is left undecoded.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class StreamOptions:
     num_draft_tokens: int = 6  # k of the draft model (adaptive)
     max_reuse_tokens: int = 32  # longest proposal from the previous hypothesis (free: no model runs)
     max_prompt_tokens: int = 120  # committed text tokens passed as the prompt of the next window
+    max_load: float | None = 0.5  # decoding aims to take at most this share of real time (None: every chunk)
+    max_wait_seconds: float = 3.0  # speech held back for the pace is decoded within this much audio
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ class Update:
     result: DecodeResult | None = None
     chunk_seconds: float = 0.0  # audio this update heard (0: the final stop)
     speech: bool = False  # some of it was speech (the VAD's verdict; the energy gate's with it off)
+    held_back: bool = False  # speech not decoded yet, to keep to the pace (decoded with a later chunk)
     level_dbfs: float = float("-inf")  # its RMS level
 
     @property
@@ -103,10 +111,13 @@ class StreamSession:
         self.language: str | None = self.options.language
         self.detector = SpeechDetector(self.options.vad_threshold, self.options.pause_seconds)
         self.updates: list[Update] = []
+        self.held_back_seconds = 0.0  # speech in the buffer that no update has decoded yet
+        self.last_update_seconds = 0.0  # what the latest decoded update cost: sets the pace
 
     def feed(self, chunk: np.ndarray) -> Update:
-        """Append 16 kHz mono float32 audio; on speech, decode the buffer and commit what two hypotheses
-        agree on; where the utterance ends, commit the rest of it and cut the buffer."""
+        """Append 16 kHz mono float32 audio; on speech, decode the buffer (at the pace, see `max_load`) and
+        commit what two hypotheses agree on; where the utterance ends, commit the rest of it and cut the
+        buffer."""
         arrived = time.perf_counter()
         chunk_start = self.stream_seconds
         self.stream_seconds += len(chunk) / SAMPLE_RATE
@@ -117,34 +128,61 @@ class StreamSession:
             full = len(self.buffer) + len(chunk) > self.options.max_buffer_seconds * SAMPLE_RATE
             if activity.ongoing and not full:  # a pause within the utterance, too short to end it
                 self.buffer = np.concatenate([self.buffer, chunk])
+                if self.held_back_seconds:  # the speech before the pause, decoded now that it paused
+                    return self._decode_update(arrived, heard, ends=False)
                 return self._record(arrived, decoded=False, **heard)
-            self._end_utterance()  # its speech ended in the last chunk, whose hypothesis holds it all
+            # its speech ended in the last chunk: commit it all (decoding what was held back first)
+            ended = self._decode_update(arrived, heard, ends=True) if self.held_back_seconds else None
+            if ended is None:
+                self._end_utterance()
+            self._rest(chunk)
+            return ended or self._record(arrived, decoded=False, **heard)
         if not activity.speech:  # no speech, none pending: rest, keeping the latest audio for what comes
-            heard_before = np.concatenate([self.preroll, chunk])
-            self.preroll = heard_before[max(len(heard_before) - self._preroll_samples, 0) :]
-            self.buffer_start_seconds = self.stream_seconds
+            self._rest(chunk)
             return self._record(arrived, decoded=False, **heard)
         if not len(self.buffer):  # an utterance begins, with the audio just before it
             self.buffer, self.preroll = self.preroll, np.zeros(0, dtype=np.float32)
             self.buffer_start_seconds = chunk_start - len(self.buffer) / SAMPLE_RATE
         self.buffer = np.concatenate([self.buffer, chunk])
+        self.held_back_seconds += len(chunk) / SAMPLE_RATE
+        if activity.ongoing and self._holds_back():
+            return self._record(arrived, decoded=False, held_back=True, **heard)
+        return self._decode_update(arrived, heard, ends=not activity.ongoing)
+
+    def finish(self) -> Update:
+        """Stop: decode what was held back, then commit the last hypothesis as it stands."""
+        if self.held_back_seconds:
+            return self._decode_update(time.perf_counter(), {}, ends=True)
+        self._end_utterance()
+        return self._record(time.perf_counter(), decoded=False)
+
+    def _decode_update(self, arrived: float, heard: dict, ends: bool) -> Update:
+        """Decode the buffer, then commit what two hypotheses agree on (or, where the utterance `ends`,
+        all of it)."""
         decoded_from = {
             "buffer_start_seconds": self.buffer_start_seconds,
             "prompt_ids": self._prompt_ids(),
             "earlier_text": self._text(self.archived_ids),
         }
-        result = self._decode()
+        result, self.held_back_seconds = self._decode(), 0.0
         previous, self.hypothesis = self.hypothesis, list(result.token_ids)
-        if activity.ongoing:
-            committed_tokens = self._commit_agreed(previous, result)
-        else:
-            committed_tokens = self._end_utterance()
+        committed_tokens = self._end_utterance() if ends else self._commit_agreed(previous, result)
         return self._record(arrived, True, result, committed_tokens=committed_tokens, **decoded_from, **heard)
 
-    def finish(self) -> Update:
-        """Stop: commit the last hypothesis as it stands."""
-        self._end_utterance()
-        return self._record(time.perf_counter(), decoded=False)
+    def _holds_back(self) -> bool:
+        """Whether the speech heard since the last update waits for more: until it lasts the latest
+        update's cost at `max_load` (at most `max_wait_seconds`), and never past `trim_seconds` of buffer
+        (so that the window stays under 30 s)."""
+        if self.options.max_load is None or len(self.buffer) > self.options.trim_seconds * SAMPLE_RATE:
+            return False
+        wait = min(self.last_update_seconds / self.options.max_load, self.options.max_wait_seconds)
+        return self.held_back_seconds < wait
+
+    def _rest(self, chunk: np.ndarray) -> None:
+        """A chunk without speech, none pending: keep the latest audio for the utterance that comes."""
+        heard_before = np.concatenate([self.preroll, chunk])
+        self.preroll = heard_before[max(len(heard_before) - self._preroll_samples, 0) :]
+        self.buffer_start_seconds = self.stream_seconds
 
     @property
     def committed_text(self) -> str:
@@ -247,13 +285,16 @@ class StreamSession:
         return self.whisper.decode_text(self._text_ids(token_ids))
 
     def _record(self, arrived: float, decoded: bool, result=None, **decoded_from) -> Update:
+        latency = time.perf_counter() - arrived
+        if decoded:
+            self.last_update_seconds = latency
         update = Update(
             index=len(self.updates),
             stream_seconds=self.stream_seconds,
             decoded=decoded,
             committed_text=self.committed_text,
             tentative_text=self._text(self.hypothesis),
-            latency_seconds=time.perf_counter() - arrived,
+            latency_seconds=latency,
             hypothesis=tuple(result.token_ids) if result else (),
             token_sources=token_sources(result) if result else (),
             proposals=proposal_counts(result) if result else {},
