@@ -1,17 +1,22 @@
-"""`python -m benchmarks stream`: live transcription timed with and without hypothesis reuse.
+"""`python -m benchmarks stream`: live transcription timed as a user meets it, and checked update by update.
 
-The stream: assets/*.wav (then any --audio files) concatenated in name order, 26 s (quick: the first
-clip only; with the real pair, whose draft is English-only: the English clips, 22 s), fed in
-`chunk_seconds` chunks as fast as possible with English forced (no detection pass).
-One long stream rather than five short ones, so that the buffer grows past the 15 s trim and is cut, with
-the committed text as the next prompt, as in a live session. Configurations, for each draft of the
-preset: the previous hypothesis first and the draft model where it cannot ("+ reuse"), the draft model
-alone ("only"); and the target alone (no draft, no reuse) as the reference. Each streams the whole audio
-`rounds` times on warm models, the order rotated each round; latencies are pooled over rounds.
+Streams, each fed in `chunk_seconds` chunks as fast as possible with English forced (no detection pass):
+- `--size small` (the demo models): assets/*.wav concatenated in name order, 26 s (quick: the first clip).
+  Per draft: the previous hypothesis first and the draft model where it cannot ("+ reuse"), the draft model
+  alone ("only"); and the target alone. Every chunk is decoded (no pace), so that the passes per update
+  compare the proposal sources alone.
+- `--size real` (the bundled whisper-base): the English clips back to back (24 s), a minute of dense
+  English (assets/long/en-six-parts.flac) and a five-minute talk (assets/long/en-talk.ogg; not with
+  --quick), then each --audio file. Configurations: the CPU default (base with its self-draft, the
+  previous hypothesis first, decoding at its pace: `StreamOptions.max_load`), the same decoding every
+  chunk (no pace), tiny.en as the draft, and the target alone at the pace. One process with the runtime's
+  default OpenMP waiting, as `specdec stream` and the app run. Each stream's committed text is compared
+  with `transcribe` on the same audio (WER), and the latency is reported per minute of the stream (the
+  talk's last minutes should read as its first).
 
-Every decoded update of every configuration is checked against the target alone decoding that update's
-buffer with that update's prompt (as tests/test_streaming.py does), memoised by buffer: the check costs
-one target-only decode per distinct buffer.
+Each configuration streams each stream `rounds` times on warm models, the order rotated each round;
+latencies are pooled over rounds. Every decoded update is checked against the target alone decoding that
+update's buffer with that update's prompt (as tests/test_streaming.py does), memoised by buffer.
 """
 
 from __future__ import annotations
@@ -33,20 +38,33 @@ from specdec.engine import kernels
 from specdec.options import DecodeOptions
 from specdec.streaming.playback import stream_audio, summarise
 from specdec.streaming.session import StreamOptions, Update
+from specdec.wer import word_errors
 from specdec.whisper.models import load_model, make_pair
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 LANGUAGE = "en"
 GOAL_PASS_RATIO = 2.0  # draft only / with reuse, target passes per decoded update
+PACE = StreamOptions().max_load  # the default: decoding at most this share of real time
+REAL_STREAMS = {  # --size real: name -> clips played back to back (None: the English short clips)
+    "English clips": None,
+    "a minute": ("long/en-six-parts.flac",),
+    "a 5-minute talk": ("long/en-talk.ogg",),
+}
+DEFAULT = "self + reuse"  # the CPU default as `specdec stream` runs it
+GOAL_REAL_TIME_FACTOR = 0.5
+GOAL_MEDIAN_LATENCY = 1.0
+GOAL_P95_LATENCY = 2.0
+GOAL_WER = 0.05  # the committed text against `transcribe` on the same audio
 
 
 @dataclass(frozen=True)
 class StreamBenchOptions:
     size: str = "small"  # "real": the bundled whisper-base <- whisper-tiny.en; "small": the demo models
     chunk_seconds: float = 1.0  # audio per update
-    quick: bool = False  # the first clip only
-    audio: tuple[str, ...] = ()  # more clips, appended to the stream
+    quick: bool = False  # small: the first clip only; real: without the five-minute talk
+    audio: tuple[str, ...] = ()  # more clips: appended to the stream (small), a stream each (real)
     rounds: int = 1  # times each configuration streams the whole audio
+    check: bool = True  # every decoded update against the target alone on its buffer
     seed: int = 0  # model weights
     cache_dir: Path = DEFAULT_CACHE
 
@@ -54,8 +72,9 @@ class StreamBenchOptions:
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
-    draft: str | None  # draft folder name; None: the target alone
+    draft: str | None  # draft name (a key of the loaded whispers); None: the target alone
     reuse: bool  # the previous hypothesis drafts first
+    max_load: float | None = None  # the pace (None: every chunk decoded)
 
     def stream_options(self, chunk_seconds: float) -> StreamOptions:
         return StreamOptions(
@@ -63,11 +82,12 @@ class StreamConfig:
             language=LANGUAGE,
             reuse_hypothesis=self.reuse,
             use_draft=self.draft is not None,
+            max_load=self.max_load,
         )
 
 
 def stream_configs(drafts: list[str]) -> list[StreamConfig]:
-    """Per draft: with reuse, draft only; then the target alone."""
+    """The demo models, every chunk decoded: per draft with reuse and draft only; then the target alone."""
     configs = []
     for draft in drafts:
         configs += [
@@ -77,12 +97,25 @@ def stream_configs(drafts: list[str]) -> list[StreamConfig]:
     return [*configs, StreamConfig("target alone", None, False)]
 
 
+def real_configs() -> list[StreamConfig]:
+    """The CPU default at its pace and every chunk, tiny.en drafting, the target alone at the pace."""
+    return [
+        StreamConfig(DEFAULT, "self", True, PACE),
+        StreamConfig("self + reuse, every chunk", "self", True, None),
+        StreamConfig("tiny.en + reuse", "tiny.en", True, PACE),
+        StreamConfig("target alone", None, False, PACE),
+    ]
+
+
 def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
     """One SpeculativeWhisper per draft of the preset, all on one target (CPU, float32)."""
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    if options.size == "real":
-        return {"tiny.en": SpeculativeWhisper(draft_model="tiny.en", final_model="base", device="cpu")}
+    if options.size == "real":  # each as a user loads it: the CPU default, and tiny.en named
+        return {
+            "self": SpeculativeWhisper(device="cpu"),
+            "tiny.en": SpeculativeWhisper(draft_model="tiny.en", final_model="base", device="cpu"),
+        }
     if options.size != "small":
         raise ValueError(
             "the stream benchmark runs with --size small or real: the large-v3-size random models never end "
@@ -102,12 +135,23 @@ def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
 
 
 def stream_clips(options: StreamBenchOptions) -> tuple[np.ndarray, list[str]]:
-    """The stream's waveform (16 kHz) and the names of its clips, in order."""
-    found = sorted(ASSETS.glob("*.wav"))
-    if options.size == "real":  # an English-only draft, English forced: the English clips
-        found = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
-    paths = [*found[: 1 if options.quick else None], *map(Path, options.audio)]
+    """The small stream's waveform (16 kHz) and the names of its clips, in order."""
+    paths = [*sorted(ASSETS.glob("*.wav"))[: 1 if options.quick else None], *map(Path, options.audio)]
     return np.concatenate([load_audio(path, max_seconds=None) for path in paths]), [p.stem for p in paths]
+
+
+def real_streams(options: StreamBenchOptions) -> dict[str, np.ndarray]:
+    """--size real: stream name -> waveform (16 kHz)."""
+    english = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
+    streams = {}
+    for name, clips in REAL_STREAMS.items():
+        if options.quick and name == "a 5-minute talk":
+            continue
+        paths = english if clips is None else [ASSETS / clip for clip in clips]
+        streams[name] = np.concatenate([load_audio(path, max_seconds=None) for path in paths])
+    for path in map(Path, options.audio):
+        streams[path.stem] = load_audio(path, max_seconds=None)
+    return streams
 
 
 def measure(
@@ -116,9 +160,11 @@ def measure(
     chunk_seconds: float,
     rounds: int = 1,
     log: Callable[[str], None] = print,
+    configs: list[StreamConfig] | None = None,
+    check: bool = True,
 ) -> list[dict]:
     """Every configuration streams `waveform` `rounds` times; one row of figures per configuration."""
-    configs = stream_configs(list(whispers))
+    configs = configs or stream_configs(list(whispers))
     any_whisper = next(iter(whispers.values()))  # the target alone: any pair, its draft unused
     for whisper in whispers.values():
         whisper.warm_up()
@@ -134,19 +180,48 @@ def measure(
     rows = []
     for config in configs:
         summary = summarise(updates[config.name], rounds * len(waveform) / SAMPLE_RATE)
-        mismatched = target_alone_mismatches(any_whisper, waveform, updates[config.name], references)
+        mismatched = (
+            target_alone_mismatches(any_whisper, waveform, updates[config.name], references) if check else []
+        )
         rows.append(
             {
                 "config": config.name,
                 "draft": config.draft,
                 "reuse": config.reuse,
+                "max_load": config.max_load,
                 **summary.to_dict(),
+                "by_minute": by_minute(updates[config.name]),
+                "checked": check,
                 "identical": not mismatched,
                 "mismatched_updates": mismatched,
                 "final_text": updates[config.name][-1].committed_text,
             }
         )
-    log(f"checked against the target alone: {len(references)} distinct buffers")
+    if check:
+        log(f"checked against the target alone: {len(references)} distinct buffers")
+    return rows
+
+
+def by_minute(updates: list[Update]) -> list[dict]:
+    """Per minute of stream time (rounds pooled): decoded updates, median and p95 latency, processing per
+    second of audio."""
+    minutes: dict[int, list[Update]] = {}
+    for update in updates:
+        if update.chunk_seconds or update.decoded:
+            minutes.setdefault(int(max(update.stream_seconds - 1e-9, 0) // 60), []).append(update)
+    rows = []
+    for minute, found in sorted(minutes.items()):
+        latencies = [update.latency_seconds for update in found if update.decoded]
+        audio = sum(update.chunk_seconds for update in found)
+        rows.append(
+            {
+                "minute": minute + 1,
+                "decoded_updates": len(latencies),
+                "median_latency_seconds": float(np.median(latencies)) if latencies else 0.0,
+                "p95_latency_seconds": float(np.percentile(latencies, 95)) if latencies else 0.0,
+                "real_time_factor": sum(u.latency_seconds for u in found) / audio if audio else 0.0,
+            }
+        )
     return rows
 
 
@@ -170,7 +245,7 @@ def target_alone_mismatches(
 
 
 def goals(rows: list[dict], drafts: list[str], chunk_seconds: float) -> list[dict]:
-    """Issue 6's goals per draft: >= 2x fewer passes per update with reuse; median latency < chunk."""
+    """The demo models, per draft: >= 2x fewer passes per update with reuse; median latency < chunk."""
     by_name = {row["config"]: row for row in rows}
     found = []
     for draft in drafts:
@@ -186,11 +261,33 @@ def goals(rows: list[dict], drafts: list[str], chunk_seconds: float) -> list[dic
     return found
 
 
+def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
+    """The CPU default on each stream: real-time factor, median and p95 latency (in the last minute too:
+    flat over a long talk), its committed text against `transcribe`."""
+    found = []
+    for name, rows in rows_by_stream.items():
+        row = next(row for row in rows if row["config"] == DEFAULT)
+        found += [
+            goal(f"{name}: real-time factor", row["real_time_factor"], "<", GOAL_REAL_TIME_FACTOR),
+            goal(
+                f"{name}: median update latency (s)", row["median_latency_seconds"], "<", GOAL_MEDIAN_LATENCY
+            ),
+            goal(f"{name}: p95 update latency (s)", row["p95_latency_seconds"], "<", GOAL_P95_LATENCY),
+            goal(f"{name}: WER of the committed text against transcribe", row["wer"], "<", GOAL_WER),
+        ]
+        if len(row["by_minute"]) > 1:
+            last = row["by_minute"][-1]["p95_latency_seconds"]
+            found.append(
+                goal(f"{name}: p95 update latency in its last minute (s)", last, "<", GOAL_P95_LATENCY)
+            )
+    return found
+
+
 def table(rows: list[dict]) -> str:
     """A fixed-width text table: one line per configuration."""
     header = (
         f"{'configuration':<26}{'decoded':>8}{'passes/upd':>11}{'median s':>9}{'p95 s':>7}{'RTF':>6}"
-        "  acceptance by source (accepted/drafted)        same"
+        f"{'WER':>6}  acceptance by source (accepted/drafted)        same"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -199,40 +296,64 @@ def table(rows: list[dict]) -> str:
             for source, counts in sorted(row["proposals"].items(), reverse=True)
         )
         same = "yes" if row["identical"] else f"NO: updates {row['mismatched_updates']}"
+        same = same if row.get("checked", True) else "not checked"
+        wer = f"{row['wer']:>6.3f}" if row.get("wer") is not None else f"{'-':>6}"
         lines.append(
             f"{row['config']:<26}{row['decoded_updates']:>8}{row['passes_per_update']:>11.1f}"
             f"{row['median_latency_seconds']:>9.2f}{row['p95_latency_seconds']:>7.2f}"
-            f"{row['real_time_factor']:>6.2f}  {acceptance or '-':<46}  {same}"
+            f"{row['real_time_factor']:>6.2f}{wer}  {acceptance or '-':<46}  {same}"
+        )
+    return "\n".join(lines)
+
+
+def minutes_table(row: dict) -> str:
+    """One line per minute of a stream: decoded updates, median and p95 latency, real-time factor."""
+    lines = [f"{'minute':>7}{'decoded':>8}{'median s':>9}{'p95 s':>7}{'RTF':>6}"]
+    for minute in row["by_minute"]:
+        lines.append(
+            f"{minute['minute']:>7}{minute['decoded_updates']:>8}{minute['median_latency_seconds']:>9.2f}"
+            f"{minute['p95_latency_seconds']:>7.2f}{minute['real_time_factor']:>6.2f}"
         )
     return "\n".join(lines)
 
 
 def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> dict:
-    """Run the stream benchmark, print the table and the goals, write stream.json."""
+    """Run the stream benchmark, print the tables and the goals, write stream.json."""
     started = time.perf_counter()
     whispers = load_whispers(options)
-    waveform, clips = stream_clips(options)
-    seconds = len(waveform) / SAMPLE_RATE
-    print(f"stream: {', '.join(clips)} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
-    rows = measure(whispers, waveform, options.chunk_seconds, options.rounds)
-    found = goals(rows, list(whispers), options.chunk_seconds)
-    print(table(rows))
+    if options.size == "real":
+        rows_by_stream = measure_real(whispers, options)
+        found = real_goals(rows_by_stream)
+        streams = {
+            name: {"seconds": rows[0]["audio_seconds"] / options.rounds}
+            for name, rows in rows_by_stream.items()
+        }
+    else:
+        waveform, clips = stream_clips(options)
+        seconds = len(waveform) / SAMPLE_RATE
+        print(f"stream: {', '.join(clips)} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
+        rows = measure(whispers, waveform, options.chunk_seconds, options.rounds, check=options.check)
+        found = goals(rows, list(whispers), options.chunk_seconds)
+        print(table(rows))
+        rows_by_stream, streams = {"stream": rows}, {"stream": {"clips": clips, "seconds": seconds}}
     print()
     print_goals(found, digits=2)
-    mismatched = [row["config"] for row in rows if not row["identical"]]
+    all_rows = [row for rows in rows_by_stream.values() for row in rows]
+    mismatched = [row["config"] for row in all_rows if not row["identical"]]
     if mismatched:
         print(f"\n!!! UPDATES DIFFER FROM THE TARGET ALONE in: {', '.join(mismatched)}")
-    else:
+    elif options.check:
         print("\nevery decoded update of every configuration equals the target alone on its buffer")
     report = {
         **report_header(command, options),
-        "stream": {"clips": clips, "seconds": seconds, "language": LANGUAGE},
+        "language": LANGUAGE,
+        "streams": streams,
         "models": {
             "target": next(iter(whispers.values())).pair.target.name,
             **{name: whisper.pair.draft.name for name, whisper in whispers.items()},
         },
-        "rows": rows,
-        "identical": all(row["identical"] for row in rows),
+        "rows": rows_by_stream,
+        "identical": not mismatched,
         "goals": found,
         "wall_seconds": time.perf_counter() - started,
     }
@@ -240,3 +361,30 @@ def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> 
     write_json(report, path)
     print(f"wrote {path} ({report['wall_seconds']:.0f} s)")
     return report
+
+
+def measure_real(
+    whispers: dict[str, SpeculativeWhisper], options: StreamBenchOptions
+) -> dict[str, list[dict]]:
+    """Each real stream through every configuration; each row with its WER against `transcribe`."""
+    rows_by_stream = {}
+    for name, waveform in real_streams(options).items():
+        seconds = len(waveform) / SAMPLE_RATE
+        print(f"\nstream: {name} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
+        rows = measure(
+            whispers,
+            waveform,
+            options.chunk_seconds,
+            options.rounds,
+            configs=real_configs(),
+            check=options.check,
+        )
+        whole = whispers["self"].transcribe(waveform, sample_rate=SAMPLE_RATE, language=LANGUAGE)[0]
+        for row in rows:
+            row["wer"] = word_errors(whole, row["final_text"]).wer
+        rows_by_stream[name] = rows
+        print(table(rows))
+        if seconds > 120:
+            print(f"\n{DEFAULT}, minute by minute:")
+            print(minutes_table(next(row for row in rows if row["config"] == DEFAULT)))
+    return rows_by_stream

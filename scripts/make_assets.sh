@@ -18,3 +18,7 @@ say es-biblioteca es "La biblioteca de la ciudad cierra a las ocho de la tarde d
 mkdir -p long
 espeak-ng -v en-us -s 160 -f long/en-six-parts.txt -w long/en-six-parts.raw.wav
 sox long/en-six-parts.raw.wav -r 16000 -c 1 -b 16 long/en-six-parts.flac && rm long/en-six-parts.raw.wav
+# five minutes of a talk (a town's history, one paragraph a line), for the live stream's long run (the
+# Live view's fake microphone too); Ogg Vorbis keeps it at 1.2 MB
+espeak-ng -v en-us -s 160 -f long/en-talk.txt -w long/en-talk.raw.wav
+sox long/en-talk.raw.wav -r 16000 -c 1 -b 16 -C 2 long/en-talk.ogg && rm long/en-talk.raw.wav

@@ -201,6 +201,36 @@ def test_agreed_segments_are_committed_and_their_audio_cut(separate_pair):
     assert second.tentative_text == separate_pair.decode_text([12, 13])
 
 
+def test_a_hypothesis_that_skips_speech_is_committed_and_the_rest_decoded_anew(separate_pair):
+    """Whisper sometimes ends its text seconds before the buffer ends (it skipped speech) and a later
+    hypothesis disagrees before the end of it, so no agreement is ever reached: once the text ends
+    `stall_seconds` before the buffer, its segments are committed and the buffer cut where they end."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    hypotheses = [[begin, 10 + index, begin + 50] for index in range(5)]  # each ends at 1.0 s, each differs
+    session = StreamSession(separate_pair, StreamOptions(language="en", vad=False, max_load=None))
+    ScriptedDecoder(session, hypotheses)
+    loud = 0.1 * np.ones(CHUNK, dtype=np.float32)
+    updates = [session.feed(loud) for _ in hypotheses]
+    assert [update.committed_tokens for update in updates] == [0, 0, 0, 0, 3]  # 1.0 s < 5 s - 3 s
+    assert session.committed_text == separate_pair.decode_text([14]) and session.buffer_start_seconds == 1.0
+
+
+def test_speech_the_last_hypothesis_skipped_is_decoded_where_the_utterance_ends(separate_pair):
+    """Speech held back to the end, whose hypothesis stops at 1.0 s of a 5 s buffer: finish() commits it,
+    decodes the 4 s after it on their own and commits that too."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    hypotheses = [[begin, 10, begin + 25], [begin, 11, begin + 50], [begin, 12, begin + 150]]
+    options = StreamOptions(language="en", vad=False, max_load=1e-9, max_wait_seconds=10.0)
+    session = StreamSession(separate_pair, options)
+    ScriptedDecoder(session, hypotheses)
+    loud = 0.1 * np.ones(CHUNK, dtype=np.float32)
+    updates = [session.feed(loud) for _ in range(5)]
+    assert [update.decoded for update in updates] == [True, False, False, False, False]
+    final = session.finish()
+    assert final.decoded and final.committed_text == separate_pair.decode_text([11, 12])
+    assert len(session.buffer) == 0 and session.hypothesis == []
+
+
 def test_the_quietest_pause_is_the_longest_gap_between_words():
     """Planted: speech-like noise with a 50 ms gap at 3 s and a 300 ms one at 5 s; the cut lands in the long
     one, inside the range asked for."""

@@ -40,6 +40,7 @@ from specdec.vad import Activity, SpeechDetector, rms_dbfs
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
 
 TARGET_SOURCE = "target"  # a token's source: the target's own (correction, bonus, or no proposal)
+MAX_REDECODES = 10  # where an utterance ends, decodings of speech its last hypothesis skipped (~3 s each)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class StreamOptions:
     trim_seconds: float = 25.0  # past this with nothing agreed, commit closed segments or cut at a pause
     max_buffer_seconds: float = 27.0  # a pause within an utterance this long ends it (window < 30 s)
     settle_seconds: float = 1.0  # the newest audio is never cut: a segment closing there may be cut short
+    stall_seconds: float = 3.0  # a hypothesis whose text ends this long before the buffer skipped speech
     silence_dbfs: float = -45.0  # chunks quieter than this RMS level are not speech (the VAD does not run)
     vad: bool = True  # Silero VAD decides what is speech (off: every chunk above silence_dbfs is speech)
     vad_threshold: float = 0.5  # a 32 ms window is speech from this probability on
@@ -218,10 +220,27 @@ class StreamSession:
 
     def _end_utterance(self) -> int:
         """The utterance is over, and what was heard of it will not change: commit its last hypothesis and
-        cut the whole buffer. Returns how many of the hypothesis' tokens are committed."""
+        cut the whole buffer. A hypothesis that stops short of the speech (see `_stops_short`) is committed
+        up to where its text ends, and the audio after that decoded on its own, as often as it takes.
+        Returns how many of the (first) hypothesis' tokens are committed."""
         committed_tokens = len(self.hypothesis)
-        self._cut(committed_tokens, len(self.buffer))
+        for _ in range(MAX_REDECODES):
+            cut = self._stops_short()
+            if cut is None:
+                break
+            end, seconds = cut
+            self._cut(end, round(seconds * SAMPLE_RATE))
+            self.hypothesis = list(self._decode().token_ids)  # the speech its text skipped
+        self._cut(len(self.hypothesis), len(self.buffer))
         return committed_tokens
+
+    def _stops_short(self, windows: list[int] | None = None) -> tuple[int, float] | None:
+        """(index after, seconds) of the hypothesis' last closed segment where more than `stall_seconds`
+        of the buffer's speech follow it: Whisper, on a buffer that starts mid-speech, sometimes ends its
+        text there and leaves the rest untranscribed, so that no later hypothesis would ever hold it."""
+        last = last_segment_end(self.hypothesis, windows or [], self._timestamp_begin)
+        stall = len(self.buffer) / SAMPLE_RATE - self.options.stall_seconds
+        return last if last is not None and 0 < last[1] < stall else None
 
     def _commit_agreed(self, previous: list[int], result: DecodeResult) -> int:
         """Commit the whole segments the last two hypotheses agree on (LocalAgreement-2) and cut their
@@ -234,6 +253,8 @@ class StreamSession:
         long = len(self.buffer) > self.options.trim_seconds * SAMPLE_RATE
         if cut is None and long:
             cut = last_segment_end(self.hypothesis, windows, self._timestamp_begin, settled)
+        if cut is None:  # a hypothesis that skipped speech: what it holds is all it will say of it
+            cut = self._stops_short(windows)
         if cut is None and long:
             self._commit_until_pause()
         if cut is None:
