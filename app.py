@@ -97,6 +97,7 @@ from specdec.app.store import (
 )
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
+from specdec.streaming.session import StreamOptions
 from specdec.vad import rms_dbfs
 from specdec.whisper.models import default_pair
 
@@ -130,10 +131,14 @@ SKIP_SILENCE_HELP = (
     "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
     "on the whole file, and the badge compares with the target alone on the same speech"
 )
+PACE_HELP = (
+    "at most; where an update takes long, the next waits for more speech (decoding under "
+    f"{StreamOptions.max_load:.0%} of real time)"
+)
 RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
 RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
 RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads
-LIVE_TIME_LIMIT = 300  # seconds of streaming per recording, so that one listener cannot hold the models
+LIVE_TIME_LIMIT = 1800  # seconds of streaming per recording, so that one listener cannot hold the models
 UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
 SESSIONS_KEPT = 100  # browser sessions whose last outputs Gradio keeps in memory (its default: 10,000)
 GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio")).resolve()
@@ -491,7 +496,9 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             pair = _pair_dropdown(store, choices)
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
-                chunk_seconds = gr.Slider(0.5, 3.0, value=1.0, step=0.25, label="Update every (s of audio)")
+                chunk_seconds = gr.Slider(
+                    0.5, 3.0, value=1.0, step=0.25, label="Update every (s of audio)", info=PACE_HELP
+                )
             reuse = gr.Checkbox(True, label="Previous hypothesis as a free draft (hypothesis reuse)")
     transcript = gr.HTML(live.transcript_html(None), elem_id="live-text")
     stats = gr.HTML(elem_id="live-stats")

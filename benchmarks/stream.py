@@ -140,17 +140,26 @@ def stream_clips(options: StreamBenchOptions) -> tuple[np.ndarray, list[str]]:
     return np.concatenate([load_audio(path, max_seconds=None) for path in paths]), [p.stem for p in paths]
 
 
-def real_streams(options: StreamBenchOptions) -> dict[str, np.ndarray]:
-    """--size real: stream name -> waveform (16 kHz)."""
+@dataclass(frozen=True)
+class RealStream:
+    waveform: np.ndarray  # 16 kHz
+    script: str | None  # what was read (the clips' .txt files), where every clip has one
+
+
+def real_streams(options: StreamBenchOptions) -> dict[str, RealStream]:
+    """--size real: stream name -> its audio and script."""
     english = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
-    streams = {}
+    found = {}
     for name, clips in REAL_STREAMS.items():
-        if options.quick and name == "a 5-minute talk":
-            continue
-        paths = english if clips is None else [ASSETS / clip for clip in clips]
-        streams[name] = np.concatenate([load_audio(path, max_seconds=None) for path in paths])
-    for path in map(Path, options.audio):
-        streams[path.stem] = load_audio(path, max_seconds=None)
+        if not (options.quick and name == "a 5-minute talk"):
+            found[name] = english if clips is None else [ASSETS / clip for clip in clips]
+    found.update({path.stem: [path] for path in map(Path, options.audio)})
+    streams = {}
+    for name, paths in found.items():
+        scripts = [path.with_suffix(".txt") for path in paths]
+        script = " ".join(p.read_text() for p in scripts) if all(p.exists() for p in scripts) else None
+        audio = np.concatenate([load_audio(path, max_seconds=None) for path in paths])
+        streams[name] = RealStream(audio, script)
     return streams
 
 
@@ -368,7 +377,8 @@ def measure_real(
 ) -> dict[str, list[dict]]:
     """Each real stream through every configuration; each row with its WER against `transcribe`."""
     rows_by_stream = {}
-    for name, waveform in real_streams(options).items():
+    for name, stream in real_streams(options).items():
+        waveform = stream.waveform
         seconds = len(waveform) / SAMPLE_RATE
         print(f"\nstream: {name} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
         rows = measure(
@@ -380,10 +390,21 @@ def measure_real(
             check=options.check,
         )
         whole = whispers["self"].transcribe(waveform, sample_rate=SAMPLE_RATE, language=LANGUAGE)[0]
-        for row in rows:
-            row["wer"] = word_errors(whole, row["final_text"]).wer
+        for row in rows:  # against transcribe; and, as transcribe, against what was read
+            errors = word_errors(whole, row["final_text"])
+            row["wer"], row["deleted_words"] = errors.wer, errors.deletions
+            if stream.script is not None:
+                row["script_wer"] = word_errors(stream.script, row["final_text"]).wer
+                row["transcribe_script_wer"] = word_errors(stream.script, whole).wer
         rows_by_stream[name] = rows
         print(table(rows))
+        default = next(row for row in rows if row["config"] == DEFAULT)
+        if stream.script is not None:
+            print(
+                f"WER against what was read: transcribe {default['transcribe_script_wer']:.3f}, "
+                f"{DEFAULT} {default['script_wer']:.3f} (words it left out of transcribe's: "
+                f"{default['deleted_words']})"
+            )
         if seconds > 120:
             print(f"\n{DEFAULT}, minute by minute:")
             print(minutes_table(next(row for row in rows if row["config"] == DEFAULT)))

@@ -167,6 +167,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     )
     stream.add_argument("--chunk", type=float, default=1.0, help="seconds of audio per update (default 1.0)")
     stream.add_argument("--realtime", action="store_true", help="feed chunks at the pace of the audio")
+    stream.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="decoding's share of real time to stay under: after an update that took L s, the next waits for "
+        "L / MAX_LOAD s of speech; 0 decodes every chunk (default: StreamOptions.max_load, 0.5)",
+    )
     _model_arguments(stream)
     stream.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     stream.add_argument(
@@ -223,8 +230,11 @@ def _stream(args: argparse.Namespace) -> int:
 
     if args.chunk <= 0:
         raise ValueError(f"--chunk must be positive, not {args.chunk:g}")
+    if args.max_load is not None and args.max_load < 0:
+        raise ValueError(f"--max-load must be 0 or more, not {args.max_load:g}")
+    pace = {} if args.max_load is None else {"max_load": args.max_load or None}
     options = StreamOptions(
-        chunk_seconds=args.chunk, language=args.language, reuse_hypothesis=not args.no_reuse
+        chunk_seconds=args.chunk, language=args.language, reuse_hypothesis=not args.no_reuse, **pace
     )
     try:  # before the models load, so that a bad file fails at once
         waveform = load_audio(args.audio, max_seconds=None)
@@ -277,7 +287,8 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
         [
             f"  {summary.decoded_updates} decoded updates of {summary.updates}, "
             f"{summary.audio_seconds:.1f} s of audio in {options.chunk_seconds:g} s chunks, "
-            f"hypothesis reuse {reuse}",
+            f"hypothesis reuse {reuse}, {summary.held_back_updates} held back for the pace "
+            f"({_pace(options)})",
             f"  target passes per decoded update: {summary.passes_per_update:.1f}",
             f"  update latency: median {summary.median_latency_seconds:.2f} s, "
             f"p95 {summary.p95_latency_seconds:.2f} s",
@@ -286,6 +297,12 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
             f"  acceptance by source: {acceptance or 'nothing drafted'}",
         ]
     )
+
+
+def _pace(options: StreamOptions) -> str:
+    if options.max_load is None:
+        return "every chunk decoded"
+    return f"decoding at most {options.max_load:.0%} of real time"
 
 
 def _transcribe(args: argparse.Namespace) -> int:

@@ -57,6 +57,7 @@ def test_stream_command_prints_committed_text_as_it_grows_and_the_figures(demo_m
     median, p95 = map(float, re.search(r"median (\d+\.\d+) s, p95 (\d+\.\d+) s", figures).groups())
     assert passes >= 1 and 0 < median <= p95
     assert "real-time factor:" in figures and "hypothesis reuse on" in figures and "reused" in figures
+    assert "held back for the pace (decoding at most 50% of real time)" in figures
 
 
 @pytest.mark.parametrize(
@@ -65,8 +66,9 @@ def test_stream_command_prints_committed_text_as_it_grows_and_the_figures(demo_m
         (b"", (), 1, "file is empty"),
         (b"this is not audio", (), 1, "not an audio file"),
         (None, ("--chunk", "0"), 2, "--chunk must be positive"),
+        (None, ("--max-load", "-1"), 2, "--max-load must be 0 or more"),
     ],
-    ids=["empty", "not-audio", "zero-chunk"],
+    ids=["empty", "not-audio", "zero-chunk", "negative-load"],
 )
 def test_stream_user_errors_are_one_line(demo_models, tmp_path, capsys, content, args, exit_code, message):
     audio = tmp_path / "clip.wav"

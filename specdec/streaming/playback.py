@@ -67,6 +67,7 @@ class StreamSummary:
 
     updates: int  # updates recorded, skipped (silent) chunks and the final stop included
     decoded_updates: int  # updates that decoded the buffer
+    held_back_updates: int  # chunks of speech left for a later update, to keep to the pace
     audio_seconds: float  # audio streamed
     processing_seconds: float  # sum of all update latencies
     passes_per_update: float  # target passes per decoded update
@@ -112,6 +113,7 @@ def summarise(updates: Sequence[Update], audio_seconds: float | None = None) -> 
     return StreamSummary(
         updates=len(updates),
         decoded_updates=len(decoded),
+        held_back_updates=sum(update.held_back for update in updates),
         audio_seconds=audio_seconds,
         processing_seconds=sum(update.latency_seconds for update in updates),
         passes_per_update=float(np.mean([u.target_passes for u in decoded])) if decoded else 0.0,
