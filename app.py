@@ -18,6 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 
+# OpenMP threads that spin between operators (the runtime's default) lose several times over when another
+# process wants the same cores, and a browser recording in the Live view does: headless Chromium on the
+# server's 2 cores took ~0.5 of a core while recording, and whisper-base's updates went from ~0.8 s to
+# 3-10 s; waiting passively they took 1.6 s. On a machine of its own spinning is ~7-15% faster
+# (OMP_WAIT_POLICY=ACTIVE). Read when torch loads, so set before anything imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -490,6 +497,7 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 type="filepath",  # each chunk's upload is read and deleted at once (_take_chunk)
                 label="Microphone",
                 elem_id="live-audio",
+                waveform_options=gr.WaveformOptions(show_recording_waveform=False),
             )
             clear = gr.Button("Clear", elem_id="live-clear")
         with gr.Column(scale=3):
@@ -530,6 +538,7 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         stream_every=0.5,
         time_limit=LIVE_TIME_LIMIT,
         concurrency_limit=None,
+        show_progress="hidden",  # no spinner over the text twice a second (it costs the browser CPU)
         api_name=False,
     )
     microphone.stop_recording(  # the page says what it does after Stop, not Gradio's "processing"

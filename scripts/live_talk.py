@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 from playwright.sync_api import sync_playwright
 
@@ -22,6 +23,7 @@ from specdec.audio import load_audio
 from specdec.wer import word_errors
 
 ROOT = Path(__file__).resolve().parent.parent
+TAIL_SECONDS = 10  # silence after the clip: Stop comes within it
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 READ_PAGE = """() => {
   const texts = (selector) => [...document.querySelectorAll(selector)].map((e) => e.innerText).join('');
@@ -35,9 +37,13 @@ READ_PAGE = """() => {
 
 
 def as_wav(clip: Path) -> Path:
-    """The clip as a 16 kHz 16-bit WAV, which Chromium's fake microphone plays."""
+    """The clip as a 16 kHz 16-bit WAV, which Chromium's fake microphone plays (in a loop: TAIL_SECONDS of
+    silence after it keep the replay out of the recording)."""
     out = Path(tempfile.mkdtemp()) / f"{clip.stem}.wav"
-    sf.write(out, load_audio(clip, max_seconds=None), 16000, subtype="PCM_16")
+    waveform = load_audio(clip, max_seconds=None)
+    sf.write(
+        out, np.concatenate([waveform, np.zeros(TAIL_SECONDS * 16000, np.float32)]), 16000, subtype="PCM_16"
+    )
     return out
 
 
@@ -68,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     wav = as_wav(args.clip)
-    duration = sf.info(wav).duration
+    duration = sf.info(wav).duration - TAIL_SECONDS
     script = args.clip.with_suffix(".txt").read_text()
     fake_microphone = [
         "--use-fake-ui-for-media-stream",
@@ -85,7 +91,7 @@ def main() -> None:
         page.get_by_role("tab", name="Live").click()
         page.locator("#live-audio button.record-button").click()
         started, readings = time.monotonic(), []
-        while time.monotonic() - started < duration + 1.0:  # one pass of the clip (the fake microphone loops)
+        while time.monotonic() - started < duration + TAIL_SECONDS / 2:  # one pass of the clip, then Stop
             page.wait_for_timeout(args.every * 1000)
             readings.append(sample(page, started))
             spoken = words(script) * min(readings[-1]["seconds"] / duration, 1.0)
