@@ -134,7 +134,8 @@ def test_hypothesis_reuse_needs_fewer_target_passes_on_real_speech(real_pair):
     waveform = clip("en-fellow-americans")[: 5 * SAMPLE_RATE]
     passes = {}
     for reuse in (True, False):
-        session = StreamSession(real_pair, StreamOptions(language="en", reuse_hypothesis=reuse))
+        options = StreamOptions(language="en", reuse_hypothesis=reuse, max_load=None)  # the same buffers
+        session = StreamSession(real_pair, options)
         updates = [session.feed(waveform[i : i + SAMPLE_RATE]) for i in range(0, len(waveform), SAMPLE_RATE)]
         passes[reuse] = np.mean([update.target_passes for update in updates if update.decoded])
     print(f"target passes per update: reuse {passes[True]:.2f}, draft model alone {passes[False]:.2f}")
