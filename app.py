@@ -18,13 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 
-# OpenMP threads that spin between operators (the runtime's default) lose several times over when another
-# process wants the same cores, and a browser recording in the Live view does: headless Chromium on the
-# server's 2 cores took ~0.5 of a core while recording, and whisper-base's updates went from ~0.8 s to
-# 3-10 s; waiting passively they took 1.6 s. On a machine of its own spinning is ~7-15% faster
-# (OMP_WAIT_POLICY=ACTIVE). Read when torch loads, so set before anything imports it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -22,8 +22,7 @@ and nothing left running when nobody waits for it.
   cores, GNU OpenMP stops letting them spin between operators, as passive waiting does. Measured on the
   bundled pair (JFK, speculative, 2 cores, threads spinning): 0.77-0.86 s with all torch work on one
   thread, 0.95-1.10 s decoding on a second thread after loading on the first. Live updates run here too
-  (`app.live.Listener`). (app.py makes the threads wait passively unless OMP_WAIT_POLICY says otherwise:
-  a browser on the same cores makes spinning threads lose several times over.)
+  (`app.live.Listener`).
 - After each job the memory its decoding freed goes back to the system (`release_freed_memory`).
 """
 
