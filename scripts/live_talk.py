@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 from playwright.sync_api import sync_playwright
+from screenshots import BROWSER_ARGS, _chromium, stop_and_wait  # scripts/, beside this file
 
 from specdec.audio import load_audio
 from specdec.wer import word_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL_SECONDS = 10  # silence after the clip: Stop comes within it
-BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 READ_PAGE = """() => {
   const texts = (selector) => [...document.querySelectorAll(selector)].map((e) => e.innerText).join('');
   return {
@@ -82,9 +82,7 @@ def main() -> None:
         f"--use-file-for-fake-audio-capture={wav}",
     ]
     with sync_playwright() as driver:
-        browser = driver.chromium.launch(
-            args=[*BROWSER_ARGS, *fake_microphone], executable_path="/usr/bin/chromium"
-        )
+        browser = driver.chromium.launch(args=[*BROWSER_ARGS, *fake_microphone], executable_path=_chromium())
         context = browser.new_context(viewport={"width": 1400, "height": 1300}, permissions=["microphone"])
         page = context.new_page()
         page.goto(args.url)
@@ -96,13 +94,7 @@ def main() -> None:
             readings.append(sample(page, started))
             spoken = words(script) * min(readings[-1]["seconds"] / duration, 1.0)
             print(json.dumps({**readings[-1], "spoken_words": round(spoken)}), flush=True)
-        page.locator("#live-audio button.stop-button").click()
-        page.wait_for_function(
-            "document.querySelectorAll('#live-text span.tok.committed').length > 0 &&"
-            " document.querySelectorAll('#live-text span.tok.tentative').length === 0",
-            timeout=300_000,
-        )
-        page.wait_for_timeout(2_000)
+        stop_and_wait(page)
         page.screenshot(path=str(args.out_dir / "app-live-talk.png"), full_page=True)
         final = page.evaluate(READ_PAGE)
         stats = final["stats"]

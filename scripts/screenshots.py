@@ -53,6 +53,14 @@ def live(browser_type, url: str, clip: Path, out: Path, seconds: float) -> None:
     page.get_by_role("tab", name="Live").click()
     page.locator("#live-audio button.record-button").click()
     page.wait_for_timeout(seconds * 1000)  # Chromium's fake microphone plays the clip in a loop
+    stop_and_wait(page)
+    page.screenshot(path=str(out), full_page=True)
+    print(f"{out}: {page.inner_text('#live-text')}")
+    browser.close()
+
+
+def stop_and_wait(page) -> None:
+    """Press the Live view's Stop and wait until its text is all committed (and drawn)."""
     page.locator("#live-audio button.stop-button").click()
     page.wait_for_function(
         "document.querySelectorAll('#live-text span.tok.committed').length > 0 &&"
@@ -60,9 +68,6 @@ def live(browser_type, url: str, clip: Path, out: Path, seconds: float) -> None:
         timeout=300_000,
     )
     page.wait_for_timeout(2_000)
-    page.screenshot(path=str(out), full_page=True)
-    print(f"{out}: {page.inner_text('#live-text')}")
-    browser.close()
 
 
 def with_noise(clip: Path, seconds: float, level_dbfs: float = -30.0) -> Path:

@@ -40,16 +40,21 @@ def trimmed_stream(separate_pair):
     return waveform, session, run(session, waveform)
 
 
-def test_every_update_is_the_target_alone_on_its_buffer(separate_pair, trimmed_stream):
-    waveform, _, updates = trimmed_stream
-    decoded = [update for update in updates if update.decoded]
-    assert len(decoded) >= 8 and any(update.prompt_ids for update in decoded)  # trimmed at least once
+def assert_each_is_the_target_alone(whisper, waveform: np.ndarray, decoded: list) -> None:
+    """Each decoded update's hypothesis is the target alone on that update's buffer, with its prompt."""
     for update in decoded:
         start = round(update.buffer_start_seconds * SAMPLE_RATE)
         buffer = waveform[start : round(update.stream_seconds * SAMPLE_RATE)]
         options = DecodeOptions(language=update.language, timestamps=True, prompt_ids=update.prompt_ids)
-        alone = separate_pair.transcribe_waveform(buffer, options, speculative=False)
+        alone = whisper.transcribe_waveform(buffer, options, speculative=False)
         assert update.hypothesis == alone.token_ids, f"update {update.index}"
+
+
+def test_every_update_is_the_target_alone_on_its_buffer(separate_pair, trimmed_stream):
+    waveform, _, updates = trimmed_stream
+    decoded = [update for update in updates if update.decoded]
+    assert len(decoded) >= 8 and any(update.prompt_ids for update in decoded)  # trimmed at least once
+    assert_each_is_the_target_alone(separate_pair, waveform, decoded)
     accepted = sum(stats["accepted"] for update in decoded for stats in update.proposals.values())
     drafted = sum(stats["drafted"] for update in decoded for stats in update.proposals.values())
     assert 0 < accepted < drafted
@@ -84,12 +89,7 @@ def test_a_slow_stream_decodes_fewer_longer_updates_and_every_one_is_the_target_
     assert [update.held_back for update in updates[:6]] == [False, True, False, True, False, True]
     assert len(decoded) == 4 and not updates[-2].speech and updates[-2].decoded
     assert updates[-2].committed_tokens == len(updates[-2].hypothesis) and len(session.buffer) == 0
-    for update in decoded:
-        start = round(update.buffer_start_seconds * SAMPLE_RATE)
-        buffer = waveform[start : round(update.stream_seconds * SAMPLE_RATE)]
-        options = DecodeOptions(language=update.language, timestamps=True, prompt_ids=update.prompt_ids)
-        alone = separate_pair.transcribe_waveform(buffer, options, speculative=False)
-        assert update.hypothesis == alone.token_ids, f"update {update.index}"
+    assert_each_is_the_target_alone(separate_pair, waveform, decoded)
     assert session.committed_text == updates[-2].committed_text != ""
 
 
