@@ -131,10 +131,7 @@ SKIP_SILENCE_HELP = (
     "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
     "on the whole file, and the badge compares with the target alone on the same speech"
 )
-PACE_HELP = (
-    "at most; where an update takes long, the next waits for more speech (decoding under "
-    f"{StreamOptions.max_load:.0%} of real time)"
-)
+PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
 RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
 RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
 RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads

@@ -288,7 +288,7 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
             f"  {summary.decoded_updates} decoded updates of {summary.updates}, "
             f"{summary.audio_seconds:.1f} s of audio in {options.chunk_seconds:g} s chunks, "
             f"hypothesis reuse {reuse}, {summary.held_back_updates} held back for the pace "
-            f"({_pace(options)})",
+            f"({options.pace})",
             f"  target passes per decoded update: {summary.passes_per_update:.1f}",
             f"  update latency: median {summary.median_latency_seconds:.2f} s, "
             f"p95 {summary.p95_latency_seconds:.2f} s",
@@ -297,12 +297,6 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
             f"  acceptance by source: {acceptance or 'nothing drafted'}",
         ]
     )
-
-
-def _pace(options: StreamOptions) -> str:
-    if options.max_load is None:
-        return "every chunk decoded"
-    return f"decoding at most {options.max_load:.0%} of real time"
 
 
 def _transcribe(args: argparse.Namespace) -> int:

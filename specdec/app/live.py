@@ -274,13 +274,9 @@ def stats_html(listener: Listener | None) -> str:
         f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
         f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
         f"chunks without speech not decoded: {len(rests) - noise} silent, {noise} of noise; "
-        f"{listener.merged} chunks merged into the next update to keep up, {held_back} held back so that "
-        f"decoding takes at most {_pace(listener.options)} of the time.</p>{_draft_note(listener)}"
+        f"{listener.merged} chunks merged into the next update to keep up, {held_back} held back for the "
+        f"pace ({listener.options.pace}).</p>{_draft_note(listener)}"
     )
-
-
-def _pace(options: StreamOptions) -> str:
-    return "all" if options.max_load is None else f"{options.max_load:.0%}"
 
 
 def stopping_html(listener: Listener) -> str:

@@ -64,6 +64,13 @@ class StreamOptions:
     max_load: float | None = 0.5  # decoding aims to take at most this share of real time (None: every chunk)
     max_wait_seconds: float = 3.0  # speech held back for the pace is decoded within this much audio
 
+    @property
+    def pace(self) -> str:
+        """`max_load` in words, as the CLI and the Live view report it."""
+        if self.max_load is None:
+            return "every chunk decoded"
+        return f"decoding at most {self.max_load:.0%} of real time"
+
 
 @dataclass(frozen=True)
 class Update:
