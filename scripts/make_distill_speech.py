@@ -1,11 +1,14 @@
 """Unlabelled speech for distilling a draft: sentences in many languages spoken by espeak-ng.
 
     python scripts/make_distill_speech.py OUT [--per-language 400] [--languages en,de,...] [--seed 0]
+    python scripts/make_distill_speech.py OUT --languages en --texts fortunes   # English prose and dialogue
 
 No human transcript is needed (the draft learns the target's own outputs), so any text serves. The texts come
 from what ships offline: the translated messages of the Debian packages installed here (gettext catalogs under
 /usr/share/locale, read with Python's `gettext`; their English originals for English) and, for English, the
-docstrings of Python's standard library. Each sentence is spoken by a voice of its language at a random speed
+docstrings of Python's standard library. `--texts fortunes` takes English sentences from the Debian
+package `fortunes` instead (quotations, jokes and dialogue: closer to speech than UI messages;
+`apt-get install fortunes`). Each sentence is spoken by a voice of its language at a random speed
 and pitch (espeak-ng's variants), resampled with sox to 16 kHz mono: OUT/<language>/<n>.wav and <n>.txt.
 Needs `apt-get install espeak-ng sox`.
 """
@@ -41,6 +44,7 @@ LANGUAGES = {
 ENGLISH_VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-us-nyc", "en-gb-scotland", "en-029")
 VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+f1", "+f2", "+f3", "+f4")
 MIN_WORDS, MAX_WORDS = 5, 30
+FORTUNES = "/usr/share/games/fortunes"
 UNSPEAKABLE = re.compile(r"[%{}<>\\/_=|\[\]@#$^*~`&]|\.\.\.|--|\n")  # format strings, markup, paths
 
 
@@ -93,6 +97,28 @@ def docstring_sentences() -> list[str]:
     return sorted(sentences)
 
 
+def fortune_sentences() -> list[str]:
+    """Sentences of the Debian `fortunes` package's English files (quotations, dialogue, jokes)."""
+    sentences = set()
+    for path in sorted(glob.glob(f"{FORTUNES}/*")):
+        if "." in Path(path).name:  # the .dat indexes and .u8 links
+            continue
+        for entry in Path(path).read_text(encoding="utf-8", errors="replace").split("\n%\n"):
+            lines = [line for line in entry.splitlines() if not line.strip().startswith("--")]  # attributions
+            for sentence in re.split(r"(?<=[.!?])\s+", " ".join(" ".join(lines).split())):
+                if usable(sentence) and sentence[0].isupper():
+                    sentences.add(sentence)
+    return sorted(sentences)
+
+
+def english_sentences(texts: str) -> list[str]:
+    if texts == "fortunes":
+        if not glob.glob(f"{FORTUNES}/*"):
+            sys.exit(f"no fortunes in {FORTUNES}: apt-get install fortunes")
+        return fortune_sentences()
+    return catalog_sentences(None) + docstring_sentences()
+
+
 def speak(text: str, voice: str, rng: random.Random, out: Path) -> None:
     """text spoken by voice at a random speed and pitch, as a 16 kHz mono WAV."""
     with tempfile.NamedTemporaryFile(suffix=".wav") as raw:
@@ -111,11 +137,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-language", type=int, default=400)
     parser.add_argument("--languages", default=",".join(LANGUAGES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--texts", choices=("catalogs", "fortunes"), default="catalogs", help="English texts (see above)"
+    )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     for language in args.languages.split(","):
         folder, voice = LANGUAGES[language]
-        sentences = catalog_sentences(folder) + (docstring_sentences() if folder is None else [])
+        sentences = english_sentences(args.texts) if folder is None else catalog_sentences(folder)
         chosen = rng.sample(sentences, min(args.per_language, len(sentences)))
         directory = args.out / language
         directory.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@
     python scripts/make_distill_speech.py SPEECH --per-language 250 --seed 1 \
         --languages de,es,fr,nl,it,pt,ru,pl,sv,tr,cs
     python scripts/make_shipped_draft.py SPEECH WORK [--epochs 6]
+    python scripts/make_distill_speech.py MORE --languages en --texts fortunes --per-language 3000 --seed 2
+    python scripts/make_shipped_draft.py SPEECH WORK --more MORE --resume DRAFT --learning-rate 1e-4
 
 It is `python -m specdec distill base SPEECH OUT` with one difference in the data: every English window is
 kept for training but only 60 of each other language (English is what most users speak to it, and reading
@@ -41,6 +43,9 @@ def main() -> None:
     parser.add_argument("--resume", type=Path, default=None, help="a self-draft to train further")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layers", default=None, help="the target's decoder layers to copy, e.g. 0,3,5")
+    parser.add_argument(
+        "--more", type=Path, action="append", default=[], help="another speech folder, every window kept"
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     pair = load_pair("base", None, device="cpu")
@@ -59,6 +64,24 @@ def main() -> None:
     started = time.perf_counter()
     held_out_readings = read_cached(pair, held_out, rng, args.work / "heldout.pt", "reading heldout.pt", 16)
     training_readings = read_cached(pair, kept, rng, args.work / "train.pt", "reading train.pt", 16)
+    for more in args.more:
+        more_rng = random.Random(0)  # its own: the same windows whether the folders above were cached or not
+        more_clips = data.find_clips(more)
+        clips += more_clips
+        more_training, more_held_out = data.split_windows(
+            data.plan_windows(more_clips, more_rng), 0.1, None, more_rng
+        )
+        name = more.name
+        held_out_readings.extend(
+            read_cached(
+                pair, more_held_out, more_rng, args.work / f"{name}-heldout.pt", f"reading {name}", 16
+            )
+        )
+        training_readings.extend(
+            read_cached(pair, more_training, more_rng, args.work / f"{name}-train.pt", f"reading {name}", 16)
+        )
+        kept += more_training
+        held_out += more_held_out
     reading_seconds = time.perf_counter() - started
     kernels.unpack(pair.target.model)
     layers = parse_layers(args.layers, pair.target.model)
@@ -74,7 +97,7 @@ def main() -> None:
         "data": {
             "speech": "scripts/make_distill_speech.py: espeak-ng reading gettext catalogs' sentences "
             "(Debian packages) and Python docstrings; 800 English clips, 250 each of "
-            "de es fr nl it pt ru pl sv tr cs",
+            "de es fr nl it pt ru pl sv tr cs" + "".join(f"; and {more} (--more)" for more in args.more),
             "clips": len(clips),
             "windows": {"training": len(kept), "held_out": len(held_out)},
             "training_tokens": sum(len(s.tokens) - s.prompt_length for s in training_readings.sequences),
