@@ -25,7 +25,6 @@ from torch import nn
 from specdec.engine.drafters import Drafter, Proposal
 from specdec.engine.state import Row
 from specdec.engine.windows import MakeDrafter
-from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.models import ModelPair
 from specdec.whisper.vocabulary import VocabularyMap
@@ -94,10 +93,8 @@ class ControlledDrafter:
         self.window = window  # the window these rows decode (the round of the seek loop)
         self.wrong = wrong
 
-    def propose(
-        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
-    ) -> list[Proposal]:
-        drafted = self.draft_model.propose(rows, num_draft_tokens, options)
+    def propose(self, rows: Sequence[Row], num_draft_tokens: Sequence[int]) -> list[Proposal]:
+        drafted = self.draft_model.propose(rows, num_draft_tokens)
         return [
             self._planned(row, plan, proposal)
             for row, plan, proposal in zip(rows, self.plans, drafted, strict=True)

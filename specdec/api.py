@@ -254,7 +254,7 @@ class SpeculativeWhisper:
             result = decode_chunked(self.pair, waveform, options, speculative, chunk_batch, progress)
         else:
             result = decode_sequential(self.pair, waveform, options, speculative, progress)
-        return self._transcription(name, result, len(waveform) / SAMPLE_RATE)
+        return self.transcription(name, result, len(waveform) / SAMPLE_RATE)
 
     def transcribe_waveform(
         self,
@@ -267,7 +267,7 @@ class SpeculativeWhisper:
         """A 16 kHz mono float32 waveform up to 30 s -> Transcription (make_drafter: see `decode_clips`)."""
         features = pair_features(self.pair, waveform, speculative)
         (result,) = decode_clips(self.pair, [features], options, speculative, make_drafter)
-        return self._transcription(name, result, len(waveform) / SAMPLE_RATE)
+        return self.transcription(name, result, len(waveform) / SAMPLE_RATE)
 
     def transcribe_waveforms(
         self,
@@ -281,7 +281,7 @@ class SpeculativeWhisper:
         features = [pair_features(self.pair, waveform, speculative) for waveform in waveforms]
         results = decode_clips(self.pair, features, options, speculative) if waveforms else []
         return [
-            self._transcription(name, result, len(waveform) / SAMPLE_RATE)
+            self.transcription(name, result, len(waveform) / SAMPLE_RATE)
             for name, result, waveform in zip(names, results, waveforms, strict=True)
         ]
 
@@ -296,8 +296,9 @@ class SpeculativeWhisper:
         """Target ids -> text without special or timestamp tokens."""
         return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
-    def _transcription(self, name: str, result: DecodeResult, audio_seconds: float) -> Transcription:
-        """A decoding's text and, when it was decoded with timestamps, its timed segments."""
+    def transcription(self, name: str, result: DecodeResult, audio_seconds: float) -> Transcription:
+        """A decoding's text and, when it was decoded with timestamps, its timed segments (its audio named
+        `name`, audio_seconds long)."""
         config = self.pair.target.model.generation_config
         segments = None
         if config.no_timestamps_token_id not in result.prompt_ids:

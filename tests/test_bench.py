@@ -96,8 +96,10 @@ def test_packed_kernels_match_stock_linear_stay_inside_the_loop_and_unpack():
 
 
 def test_adaptive_pauses_a_useless_draft_and_resumes():
-    policy = AdaptiveDraftLength(1, DecodeOptions(adaptive=True, num_draft_tokens=1))
-    rows = [SimpleNamespace(budget=100)]  # a test double for a row: only its budget
+    options = DecodeOptions(adaptive=True, num_draft_tokens=1)
+    rows = [SimpleNamespace(budget=100, options=options)]  # a test double for a row: its budget and options
+    policy = AdaptiveDraftLength()
+    policy.add(rows)
 
     def step(n_accepted: int) -> int:
         """One step: the policy's k, and what was accepted of a draft of that length."""

@@ -35,7 +35,8 @@ def chooser_after(
     slope: float, intercept: float, draft_pass: float, alpha_steps: int = 20
 ) -> CostAwareDraftLength:
     """A chooser that measured verify(n) = intercept + slope * n at two n; rows accept 4 of 5 drafts."""
-    chooser = CostAwareDraftLength(ROWS, num_draft_tokens=5, max_draft_tokens=12)
+    chooser = CostAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12)
+    chooser.add(rows_with_budgets([30] * ROWS))
     for row in chooser.rows:
         for _ in range(alpha_steps):
             row.observe(5, 4)  # 4 accepted, the 5th judged and rejected: alpha -> 0.8
@@ -81,8 +82,9 @@ def test_partly_compute_bound_verify_drafts_short():
 
 def test_exploration_then_choice():
     """Step 0 drafts k, step 1 drafts nothing (the line's low point), step 2 drafts k; then it decides."""
-    chooser = CostAwareDraftLength(2, num_draft_tokens=4, max_draft_tokens=8)
+    chooser = CostAwareDraftLength(num_draft_tokens=4, max_draft_tokens=8)
     rows = rows_with_budgets([30, 30])
+    chooser.add(rows)
     assert chooser.choose(rows, [4, 4]) == [4, 4]
     chooser.observe(facts([(4, 4), (4, 1)], 16, 5.0, 4, 0.4))  # step 0: not a cost point (cross-attention)
     assert chooser.costs.verify_points == []

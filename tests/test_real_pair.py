@@ -155,10 +155,9 @@ def test_sampling_keeps_the_target_distribution_with_the_mapped_draft(real_pair)
     pipeline = LogitsPipeline(config, len(prompt), timestamps=False, temperature=1.0)
     draft_prompts = [pair.vocabulary.prompt_to_draft(prompt)]
     drafter = DraftModel(CachedDecoder(pair.draft.model, draft_hidden), pair.vocabulary, draft_prompts)
-    row = Row(
-        list(prompt), len(prompt), 100, pipeline, torch.Generator().manual_seed(0), window=0, first_step=0
-    )
-    (proposal,) = drafter.propose([row], [1], options)
+    generator = torch.Generator().manual_seed(0)
+    row = Row(list(prompt), len(prompt), 100, pipeline, generator, window=0, first_step=0, options=options)
+    (proposal,) = drafter.propose([row], [1])
     draft_probs = proposal.draft_probs[0].double()  # (target vocab,)
     (logits,) = CachedDecoder(pair.target.model, target_hidden).feed([prompt])
     target_probs = pipeline.probs(pipeline.scores_at(prompt, [], logits[-1:]))[0].double()

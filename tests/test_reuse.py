@@ -22,7 +22,7 @@ class AlwaysRejectedDraftDouble:
         self.token_id = token_id
         self.calls = 0
 
-    def propose(self, rows, num_draft_tokens, options) -> list[Proposal]:
+    def propose(self, rows, num_draft_tokens) -> list[Proposal]:
         self.calls += 1
         return [Proposal([self.token_id] * k, None, DRAFT_MODEL) for k in num_draft_tokens]
 

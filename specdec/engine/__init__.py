@@ -1,7 +1,8 @@
 """The speculative decoding engine: one batched loop, where one clip is a batch of one.
 
-    windows.decode_clips     the seek loop over N clips: window by window, rows of a batch
-      loop.decode_rows       the loop: propose -> verify -> accept -> roll back -> record -> drop
+    windows.WindowBatch      the seek loop over many clips: their windows as rows of one batch, clips
+                             joining at any step (windows.decode_clips: N clips to the end)
+      loop.Batch             one step: propose -> verify -> accept -> roll back -> record -> drop
         drafters             who proposes (the draft model, the previous hypothesis, a plug-in)
         draft_length         how many (fixed, adaptive, cost-aware)
         acceptance           the rules (greedy, Leviathan et al. rejection sampling): pure tensor code

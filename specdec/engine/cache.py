@@ -67,6 +67,12 @@ class PositionedLayer(CacheLayerMixin):
         self.keys = torch.nn.functional.pad(self.keys, (0, 0, 0, extra))
         self.values = torch.nn.functional.pad(self.values, (0, 0, 0, extra))
 
+    def add_rows(self, count: int) -> None:
+        if self.is_initialized:
+            batch, heads, capacity, head_dim = self.keys.shape
+            self.keys = torch.cat([self.keys, self.keys.new_zeros(count, heads, capacity, head_dim)])
+            self.values = torch.cat([self.values, self.values.new_zeros(count, heads, capacity, head_dim)])
+
     def select(self, rows: torch.Tensor) -> None:
         if self.is_initialized:
             self.keys = self.keys.index_select(0, rows)
@@ -168,6 +174,25 @@ class CachedDecoder(RowLengths):
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [output.logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
 
+    @torch.inference_mode()
+    def add(self, encoder_hidden_states: torch.Tensor) -> None:
+        """New rows at the end of the batch, with no tokens yet: encoder_hidden_states (rows, 1500,
+        d_model). Their cross-attention keys and values are computed now if the others' already were, as
+        the model's attention computes them."""
+        hidden = torch.cat([self.encoder_outputs.last_hidden_state, encoder_hidden_states])
+        self.encoder_outputs = BaseModelOutput(last_hidden_state=hidden)
+        count = encoder_hidden_states.shape[0]
+        for layer in self.layers:
+            layer.add_rows(count)
+        cross = self.cache.cross_attention_cache
+        with kernels.active():
+            for i, layer in enumerate(self.model.model.decoder.layers):
+                if self.cache.is_updated.get(i):
+                    keys, values = cross_keys_values(layer.encoder_attn, encoder_hidden_states)
+                    cross.layers[i].keys = torch.cat([cross.layers[i].keys, keys])
+                    cross.layers[i].values = torch.cat([cross.layers[i].values, values])
+        self.lengths += [0] * count
+
     def keep(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""
         if rows == list(range(self.batch_size)):
@@ -179,3 +204,13 @@ class CachedDecoder(RowLengths):
         hidden = self.encoder_outputs.last_hidden_state.index_select(0, index)
         self.encoder_outputs = BaseModelOutput(last_hidden_state=hidden)
         self.lengths = [self.lengths[row] for row in rows]
+
+
+def cross_keys_values(attention, encoder_hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's cross-attention keys and values (rows, heads, 1500, head_dim), as
+    `WhisperAttention` computes them on its first call."""
+    rows = encoder_hidden_states.shape[0]
+    shape = (rows, -1, attention.num_heads, attention.head_dim)
+    keys = attention.k_proj(encoder_hidden_states).view(shape).transpose(1, 2).contiguous()
+    values = attention.v_proj(encoder_hidden_states).view(shape).transpose(1, 2).contiguous()
+    return keys, values

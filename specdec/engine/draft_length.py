@@ -2,7 +2,10 @@
 
     choose(rows, pending) -> k per row     before a step (pending[b]: tokens row b feeds besides drafts)
     observe(facts)                         after it, with what it proposed, kept and cost
-    keep(rows)                             when rows leave the batch
+    add(rows)                              when rows join the batch
+    keep(rows)                             when rows leave it
+
+Each row drafts by its own options (`row.options`); the policy is the batch's.
 
 - `FixedDraftLength`: k = options.num_draft_tokens.
 - `AdaptiveDraftLength` (options.adaptive): each row's k grows after a fully accepted draft and shrinks
@@ -64,16 +67,18 @@ class DraftLength(Protocol):
 
     def observe(self, facts: StepFacts) -> None: ...
 
+    def add(self, rows: Sequence[Row]) -> None: ...
+
     def keep(self, rows: Sequence[int]) -> None: ...
 
 
-def draft_length(options: DecodeOptions, num_rows: int) -> DraftLength:
-    """The policy the options ask for: cost-aware, else adaptive, else fixed."""
+def draft_length(options: DecodeOptions) -> DraftLength:
+    """The policy the options ask for, for a batch with no rows yet: cost-aware, else adaptive, else fixed."""
     if options.cost_aware:
-        return CostAwareDraftLength(num_rows, options.num_draft_tokens, options.max_draft_tokens)
+        return CostAwareDraftLength(options.num_draft_tokens, options.max_draft_tokens)
     if options.adaptive:
-        return AdaptiveDraftLength(num_rows, options)
-    return FixedDraftLength(options.num_draft_tokens)
+        return AdaptiveDraftLength()
+    return FixedDraftLength()
 
 
 def within_budget(lengths: Sequence[int], rows: Sequence[Row]) -> list[int]:
@@ -82,13 +87,13 @@ def within_budget(lengths: Sequence[int], rows: Sequence[Row]) -> list[int]:
 
 
 class FixedDraftLength:
-    def __init__(self, num_draft_tokens: int) -> None:
-        self.num_draft_tokens = num_draft_tokens
-
     def choose(self, rows: Sequence[Row], pending: Sequence[int]) -> list[int]:
-        return within_budget([self.num_draft_tokens] * len(rows), rows)
+        return within_budget([row.options.num_draft_tokens for row in rows], rows)
 
     def observe(self, facts: StepFacts) -> None:
+        pass
+
+    def add(self, rows: Sequence[Row]) -> None:
         pass
 
     def keep(self, rows: Sequence[int]) -> None:
@@ -98,11 +103,11 @@ class FixedDraftLength:
 class AdaptiveDraftLength:
     """Per row: k within [min_draft_tokens, max_draft_tokens], and pauses after repeated failure."""
 
-    def __init__(self, num_rows: int, options: DecodeOptions) -> None:
-        self.options = options
-        self.lengths = [options.num_draft_tokens] * num_rows  # current k of each row
-        self.paused = [0] * num_rows  # target-only passes left before the draft is tried again
-        self.backoff = [0] * num_rows  # length of each row's last pause (doubles while the draft fails)
+    def __init__(self) -> None:
+        self.options: list[DecodeOptions] = []  # each row's
+        self.lengths: list[int] = []  # current k of each row
+        self.paused: list[int] = []  # target-only passes left before the draft is tried again
+        self.backoff: list[int] = []  # length of each row's last pause (doubles while the draft fails)
 
     def choose(self, rows: Sequence[Row], pending: Sequence[int]) -> list[int]:
         lengths = [0 if paused else k for k, paused in zip(self.lengths, self.paused, strict=True)]
@@ -120,7 +125,7 @@ class AdaptiveDraftLength:
             return
         if not used:
             return
-        current, options = self.lengths[b], self.options
+        current, options = self.lengths[b], self.options[b]
         if n_accepted == used and used == current:
             self.lengths[b] = min(current + 1, options.max_draft_tokens)
         elif n_accepted < used:
@@ -131,7 +136,14 @@ class AdaptiveDraftLength:
         elif n_accepted > 0:
             self.backoff[b] = 0
 
+    def add(self, rows: Sequence[Row]) -> None:
+        self.options += [row.options for row in rows]
+        self.lengths += [row.options.num_draft_tokens for row in rows]
+        self.paused += [0] * len(rows)
+        self.backoff += [0] * len(rows)
+
     def keep(self, rows: Sequence[int]) -> None:
+        self.options = [self.options[b] for b in rows]
         self.lengths = [self.lengths[b] for b in rows]
         self.paused = [self.paused[b] for b in rows]
         self.backoff = [self.backoff[b] for b in rows]
@@ -190,8 +202,8 @@ class PassCosts:
 class CostAwareDraftLength:
     """Chooses each batched step's draft length from the batch's measured costs and rows' acceptance."""
 
-    def __init__(self, num_rows: int, num_draft_tokens: int, max_draft_tokens: int) -> None:
-        self.rows = [RowAcceptance() for _ in range(num_rows)]
+    def __init__(self, num_draft_tokens: int, max_draft_tokens: int) -> None:
+        self.rows: list[RowAcceptance] = []
         self.costs = PassCosts()
         self.num_draft_tokens = num_draft_tokens  # the exploration steps' k
         self.max_draft_tokens = max_draft_tokens
@@ -227,6 +239,9 @@ class CostAwareDraftLength:
             if num_drafted:
                 row.observe(num_drafted, n_accepted)
         self.steps += 1
+
+    def add(self, rows: Sequence[Row]) -> None:
+        self.rows += [RowAcceptance() for _ in rows]
 
     def keep(self, rows: Sequence[int]) -> None:
         self.rows = [self.rows[b] for b in rows]

@@ -1,8 +1,9 @@
 """Who proposes the next tokens: the draft model, the previous hypothesis of a live stream, or a plug-in.
 
-A drafter serves a whole batch. `propose(rows, num_draft_tokens, options)` returns one `Proposal` per row
-(target ids, the draft's distribution at each position for rejection sampling, and where it came from);
-`keep(rows)` follows the rows that stay when others finish. Any object with these two methods and a
+A drafter serves a whole batch. `propose(rows, num_draft_tokens)` returns one `Proposal` per row
+(target ids, the draft's distribution at each position for rejection sampling, and where it came from),
+each row drafting by its own options (`row.options`: sampling, draft confidence); `keep(rows)` follows
+the rows that stay when others finish. Any object with these two methods and a
 `free` flag is a drafter: the benchmarks' controlled-acceptance drafter is one.
 """
 
@@ -17,7 +18,6 @@ import torch
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.state import Row
-from specdec.options import DecodeOptions
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL
 from specdec.whisper.vocabulary import VocabularyMap
 
@@ -41,9 +41,7 @@ class Drafter(Protocol):
 
     free: bool  # its proposals cost no forward pass: asked even for rows whose draft length is 0
 
-    def propose(
-        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
-    ) -> list[Proposal]:
+    def propose(self, rows: Sequence[Row], num_draft_tokens: Sequence[int]) -> list[Proposal]:
         """Row b's proposal of up to num_draft_tokens[b] tokens after row b's sequence."""
         ...
 
@@ -75,11 +73,9 @@ class DraftModel:
         self.draft_prompts = draft_prompts
         self.sequences = [list(prompt) for prompt in draft_prompts]  # draft ids, per row
 
-    def propose(
-        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
-    ) -> list[Proposal]:
+    def propose(self, rows: Sequence[Row], num_draft_tokens: Sequence[int]) -> list[Proposal]:
         """Row b drafts up to num_draft_tokens[b] tokens, one batched draft pass per position (fewer if
-        the draft proposes end-of-text or is less sure than options.draft_confidence)."""
+        the draft proposes end-of-text or is less sure than its options' draft_confidence)."""
         drafting = [b for b, n in enumerate(num_draft_tokens) if n > 0]
         self._follow(rows, drafting)
         tokens: list[list[int]] = [[] for _ in rows]
@@ -94,6 +90,7 @@ class DraftModel:
             still_drafting = []
             for b, row_logits in zip(drafting, last, strict=True):  # row_logits: (target vocab,)
                 row = rows[b]
+                options = row.options
                 scores = row.pipeline.scores_at(row.sequence + tokens[b], [], row_logits[None])
                 draft_probs = (
                     row.pipeline.probs(scores) if options.sampling else torch.softmax(scores.float(), -1)
@@ -120,6 +117,12 @@ class DraftModel:
             lengths[b] = min(common_length(self.sequences[b][: lengths[b]], sequence), len(sequence) - 1)
             self.sequences[b] = sequence
         self.decoder.rollback(lengths)
+
+    def add(self, encoder_hidden_states: torch.Tensor, draft_prompts: list[list[int]]) -> None:
+        """New rows at the end of the batch: the draft's encoder states for them, and their prompts."""
+        self.decoder.add(encoder_hidden_states)
+        self.draft_prompts += draft_prompts
+        self.sequences += [list(prompt) for prompt in draft_prompts]
 
     def keep(self, rows: Sequence[int]) -> None:
         self.decoder.keep(list(rows))
@@ -156,9 +159,7 @@ class PreviousHypothesis:
         self.vocabulary_size = vocabulary_size
         self.max_tokens = max_tokens  # longest proposal from a hypothesis (one verify pass checks it)
 
-    def propose(
-        self, rows: Sequence[Row], num_draft_tokens: Sequence[int], options: DecodeOptions
-    ) -> list[Proposal]:
+    def propose(self, rows: Sequence[Row], num_draft_tokens: Sequence[int]) -> list[Proposal]:
         proposals = [NOTHING] * len(rows)
         fallback_lengths = [0] * len(rows)
         for b, (row, hypothesis) in enumerate(zip(rows, self.hypotheses, strict=True)):
@@ -175,7 +176,7 @@ class PreviousHypothesis:
             elif self.fallback is not None:
                 fallback_lengths[b] = num_draft_tokens[b]
         if any(fallback_lengths):
-            drafted = self.fallback.propose(rows, fallback_lengths, options)
+            drafted = self.fallback.propose(rows, fallback_lengths)
             proposals = [d if n else p for p, d, n in zip(proposals, drafted, fallback_lengths, strict=True)]
         return proposals
 

@@ -77,17 +77,34 @@ class LeanDecoder(RowLengths):
         self.head_dim = config.d_model // self.num_heads
         self.max_positions = config.max_target_positions
         self.lengths = [0] * encoder_hidden_states.shape[0]
+        self.cross = self._cross(encoder_hidden_states)
+        empty = encoder_hidden_states.new_zeros(self.batch_size, self.num_heads, 0, self.head_dim)
+        self.keys = [empty] * len(self.layers)
+        self.values = [empty] * len(self.layers)
+
+    def add(self, encoder_hidden_states: torch.Tensor) -> None:
+        """New rows at the end of the batch, with no tokens yet: encoder_hidden_states (rows, positions,
+        d_model), as many positions as the others'."""
+        cross = self._cross(encoder_hidden_states)
+        self.cross = [
+            (torch.cat([keys, new_keys]), torch.cat([values, new_values]))
+            for (keys, values), (new_keys, new_values) in zip(self.cross, cross, strict=True)
+        ]
+        count = encoder_hidden_states.shape[0]
+        self.keys = [_with_empty_rows(keys, count) for keys in self.keys]
+        self.values = [_with_empty_rows(values, count) for values in self.values]
+        self.lengths += [0] * count
+
+    def _cross(self, encoder_hidden_states: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's cross-attention keys and values, (rows, heads, positions, head_dim)."""
         with torch.inference_mode(), kernels.active():
-            self.cross = [
+            return [
                 (
                     self._heads(layer.encoder_attn.k_proj(encoder_hidden_states)),
                     self._heads(layer.encoder_attn.v_proj(encoder_hidden_states)),
                 )
                 for layer in self.decoder.layers
             ]
-        empty = encoder_hidden_states.new_zeros(self.batch_size, self.num_heads, 0, self.head_dim)
-        self.keys = [empty] * len(self.layers)
-        self.values = [empty] * len(self.layers)
 
     @torch.inference_mode()
     def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
@@ -172,6 +189,10 @@ class LeanDecoder(RowLengths):
             (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross
         ]
         self.lengths = [self.lengths[row] for row in rows]
+
+
+def _with_empty_rows(cache: torch.Tensor, count: int) -> torch.Tensor:
+    return torch.cat([cache, cache.new_zeros(count, *cache.shape[1:])])
 
 
 def _norm(hidden: torch.Tensor, norm: Norm) -> torch.Tensor:

@@ -10,6 +10,9 @@ Each step, for every row still decoding:
   record:    one Step per row, each naming the one Pass that holds the step's seconds ->
   stop:      rows that reached end-of-text or their budget leave the batch and cost nothing more.
 
+Rows may join between steps (`Batch.add`): the windows of other clips, or a clip's next window, each
+with its own options (a row drafts only if `row.drafts`).
+
 No row is held to the batch's minimum: each accepts its own number of tokens (the cache keeps each row
 at its own length). Target-only decoding is this loop without a drafter, so both are timed by the same
 code. Greedy output of every row is token for token what decoding its clip alone gives, and what
@@ -26,25 +29,44 @@ import torch
 from specdec.engine import cancel
 from specdec.engine.acceptance import Verdict, greedy_accept, speculative_sample
 from specdec.engine.cache import CachedDecoder
-from specdec.engine.draft_length import StepFacts, draft_length
+from specdec.engine.draft_length import DraftLength, StepFacts
 from specdec.engine.drafters import NOTHING, Drafter, Proposal
 from specdec.engine.state import Clock, Row
-from specdec.options import DecodeOptions
 from specdec.trace import ACCEPTED, BONUS, CORRECTED, DRAFT_MODEL, TARGET, Pass, Step, TokenRecord
 
 
-def decode_rows(
-    target: CachedDecoder, drafter: Drafter | None, rows: list[Row], options: DecodeOptions, clock: Clock
-) -> None:
-    """Decode every row's window to end-of-text or its budget; the rows' steps and tokens record how."""
-    lengths = draft_length(options, len(rows)) if drafter is not None else None
-    active = list(rows)  # active[b] is row b of the target's (and the drafter's) batch
-    while active:
+class Batch:
+    """Rows decoding together, one target pass per step over all of them: rows join between steps (`add`)
+    and leave when finished. row b of `rows` is row b of the target's, the drafter's and the policy's batch.
+    """
+
+    def __init__(
+        self, target: CachedDecoder, drafter: Drafter | None, policy: DraftLength | None, clock: Clock
+    ) -> None:
+        """target (and drafter) hold no rows yet or exactly the rows that `add` is called with next."""
+        self.target = target
+        self.drafter = drafter
+        self.policy = policy  # how many tokens each row drafts (None: none)
+        self.clock = clock
+        self.rows: list[Row] = []
+
+    def add(self, rows: list[Row]) -> None:
+        """Rows whose encoder states the target's (and drafter's) caches have just been given."""
+        self.rows += rows
+        if self.policy is not None:
+            self.policy.add(rows)
+
+    def step(self) -> list[Row]:
+        """One pass for every row; returns the rows that finished (they have left the batch)."""
         cancel.check()  # a cancelled decoding stops here, before its next target pass
+        active, target, drafter = self.rows, self.target, self.drafter
         start = time.perf_counter()
         pending = [len(row.sequence) - length for row, length in zip(active, target.lengths, strict=True)]
-        num_draft_tokens = lengths.choose(active, pending) if lengths is not None else [0] * len(active)
-        proposals = propose(drafter, active, num_draft_tokens, options)
+        num_draft_tokens = [0] * len(active)
+        if self.policy is not None:
+            chosen = self.policy.choose(active, pending)
+            num_draft_tokens = [k if row.drafts else 0 for k, row in zip(chosen, active, strict=True)]
+        proposals = propose(drafter, active, num_draft_tokens)
         verify_start = time.perf_counter()
         draft_seconds = verify_start - start if drafter is not None else 0.0
         fed = list(target.lengths)  # each row's cached length before this pass
@@ -56,26 +78,35 @@ def decode_rows(
         for row, row_logits, length in zip(active, logits, fed, strict=True):
             measure_no_speech(row, row_logits, length)
         verdicts = [
-            verify(row, proposal, row_logits[-(len(proposal.tokens) + 1) :], options)
+            verify(row, proposal, row_logits[-(len(proposal.tokens) + 1) :])
             for row, proposal, row_logits in zip(active, proposals, logits, strict=True)
         ]
         target.rollback([len(row.sequence) - 1 for row in active])  # the newest token is fed next step
         done = time.perf_counter()
-        step_pass = clock.new_pass(len(active), start, draft_seconds, done - verify_start)
+        step_pass = self.clock.new_pass(len(active), start, draft_seconds, done - verify_start)
         for row, proposal, verdict in zip(active, proposals, verdicts, strict=True):
             record(row, proposal, verdict, step_pass)
-        if lengths is not None:
-            lengths.observe(_facts(proposals, verdicts, feeds, step_pass))
-        active = _drop_finished(active, target, drafter, lengths)
+        if self.policy is not None:
+            self.policy.observe(_facts(proposals, verdicts, feeds, step_pass))
+        return self._drop_finished()
+
+    def _drop_finished(self) -> list[Row]:
+        """The finished rows leave the target's, the drafter's and the policy's batch."""
+        unfinished = [b for b, row in enumerate(self.rows) if not row.finished]
+        finished = [row for row in self.rows if row.finished]
+        if finished:
+            for part in (self.target, self.drafter, self.policy):
+                if part is not None:
+                    part.keep(unfinished)
+            self.rows = [self.rows[b] for b in unfinished]
+        return finished
 
 
-def propose(
-    drafter: Drafter | None, rows: Sequence[Row], num_draft_tokens: list[int], options: DecodeOptions
-) -> list[Proposal]:
+def propose(drafter: Drafter | None, rows: Sequence[Row], num_draft_tokens: list[int]) -> list[Proposal]:
     """Every row's proposal; nothing without a drafter, or when no row may draft from a costly one."""
     if drafter is None or not (drafter.free or any(num_draft_tokens)):
         return [NOTHING] * len(rows)
-    return drafter.propose(rows, num_draft_tokens, options)
+    return drafter.propose(rows, num_draft_tokens)
 
 
 def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> None:
@@ -87,13 +118,13 @@ def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> None:
         row.no_speech_prob = rule.no_speech_prob(logits[rule.sot_index - fed])
 
 
-def verify(row: Row, proposal: Proposal, logits: torch.Tensor, options: DecodeOptions) -> Verdict:
+def verify(row: Row, proposal: Proposal, logits: torch.Tensor) -> Verdict:
     """The acceptance rule on the target's logits (k+1, vocab) after the row's sequence; the row gets the
     kept proposal tokens and the target's own token, labelled (and, for the no-speech rule, each one's
     log-probability under the target)."""
     scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits)
     draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
-    if options.sampling:
+    if row.options.sampling:
         target_probs = row.pipeline.probs(scores)
         draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
         verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)
@@ -164,13 +195,3 @@ def _facts(
         draft_passes=max(drafted, default=0),  # one batched draft-model pass per drafted position
         draft_seconds=step_pass.draft_seconds,
     )
-
-
-def _drop_finished(active: list[Row], target: CachedDecoder, drafter, lengths) -> list[Row]:
-    """The rows still decoding; the finished ones leave the target's, the drafter's and the policy's batch."""
-    unfinished = [b for b, row in enumerate(active) if not row.finished]
-    if len(unfinished) < len(active):
-        for part in (target, drafter, lengths):
-            if part is not None:
-                part.keep(unfinished)
-    return [active[b] for b in unfinished]

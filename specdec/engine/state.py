@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.options import DecodeOptions
 from specdec.trace import Encoding, Pass, Step, TokenRecord
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
 
@@ -23,6 +24,9 @@ class Row:
     generator: torch.Generator  # the clip's own, so that sampling draws as it would alone
     window: int  # the clip's window index, for the records
     first_step: int  # index of this window's first step in the clip's trace
+    options: DecodeOptions  # its clip's: sampling, draft lengths and confidence (rows of a batch may differ)
+    drafts: bool = True  # the draft proposes for it (False: the target alone, e.g. a language an
+    # English-only draft does not speak, or a request without speculation)
     tokens: list[TokenRecord] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     passes: list[Pass] = field(default_factory=list)  # the batched passes its steps took part in

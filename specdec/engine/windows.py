@@ -1,10 +1,13 @@
-"""generate()'s window loop over N clips at once: the rows of each batch are the next windows of the clips
+"""generate()'s window loop over many clips at once: the rows of one batch are the next windows of the clips
 that still have one.
 
 A clip goes through Whisper's seek loop (`whisper.tokens.split_window`): each 30 s window from `seek` is
 decoded, its tokens kept up to the last timestamp pair, and decoding seeks on (one window for most clips
-under 30 s). Round r decodes, as one batch, the r-th window of every clip that still has one: one encoder
-call per model, one `loop.decode_rows` over the rows. A clip's result is the same as decoding it alone.
+under 30 s). A `WindowBatch` decodes the clips' windows as rows of one `loop.Batch`: clips join at any
+step (one encoder call per model for those joining together), and a clip whose window is done rejoins
+with its next one at the next step, so no row waits for the batch's slowest. Each clip has its own
+options (language, task, timestamps, sampling, whether to speculate). A clip's result is the same as
+decoding it alone.
 """
 
 from __future__ import annotations
@@ -18,16 +21,17 @@ from transformers import GenerationConfig, WhisperForConditionalGeneration
 
 from specdec.engine import cancel
 from specdec.engine.cache import CachedDecoder
+from specdec.engine.draft_length import DraftLength, draft_length
 from specdec.engine.drafters import Drafter, DraftModel
 from specdec.engine.fast_draft import draft_frames
 from specdec.engine.lean_decoder import LeanDecoder
-from specdec.engine.loop import decode_rows
+from specdec.engine.loop import Batch
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
 from specdec.whisper.features import PairFeatures, encode, window_features
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
-from specdec.whisper.models import DraftKind, DraftSettings, ModelPair
+from specdec.whisper.models import DraftKind, ModelPair
 from specdec.whisper.tokens import (
     FRAME_SECONDS,
     WINDOW_FRAMES,
@@ -49,12 +53,14 @@ Encoder = Callable[[WhisperForConditionalGeneration, torch.Tensor], tuple[torch.
 MakeDrafter = Callable[[list[Row], Drafter | None], Drafter | None]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # one clip's decoding is itself (compared by identity)
 class ClipDecoding:
     """One clip's way through generate()'s window loop: where the next window starts and what was kept."""
 
     features: PairFeatures  # the clip's features for each model, (1, mel_bins, frames)
     generator: torch.Generator  # the clip's own sampling generator
+    options: DecodeOptions
+    speculative: bool = True  # the draft proposes for its windows (where it speaks their language)
     seek: int = 0  # first frame of the next window
     window: int = 0  # index of the next window
     language_id: int | None = None
@@ -66,6 +72,7 @@ class ClipDecoding:
     encodings: list[Encoding] = dataclasses.field(default_factory=list)
     windows: list[Window] = dataclasses.field(default_factory=list)
     end_seconds: float = 0.0  # clock time when its last window was folded in
+    start_seconds: float = 0.0  # clock time when it joined (a request joining a running batch, later)
     done: bool = False
 
     def __post_init__(self) -> None:
@@ -79,11 +86,11 @@ class ClipDecoding:
     def window_frames(self) -> int:
         return min(self.num_frames - self.seek, WINDOW_FRAMES)
 
-    def next_row(self, pair: ModelPair, options: DecodeOptions, device: torch.device) -> Row:
+    def next_row(self, pair: ModelPair, device: torch.device) -> Row:
         """The row for this clip's next window: its forced prompt (the previous text, options.prompt_ids,
         conditions every window, as generate()'s prompt_ids do without condition_on_prev_tokens), logits
-        processing and budget."""
-        model = pair.target.model
+        processing and budget; it drafts if speculative and the draft speaks the window's language."""
+        model, options = pair.target.model, self.options
         config = model.generation_config
         prompt = forced_prompt(config, self.language_id, options, options.prompt_ids)
         self.first_prompt = self.first_prompt or prompt
@@ -92,9 +99,11 @@ class ClipDecoding:
         pipeline = LogitsPipeline(
             config, len(prompt), options.timestamps, options.temperature, options.top_p, device
         )
+        language = language_code(config, self.language_id)
+        drafts = self.speculative and pair.draft is not None and pair.draft_fits(language, options.task)
         return Row(
             list(prompt), len(prompt), budget, pipeline, self.generator, self.window, len(self.steps),
-            no_speech=NoSpeechRule.of(config, options, prompt),
+            options, drafts=drafts, no_speech=NoSpeechRule.of(config, options, prompt),
         )  # fmt: skip
 
     def finish_window(self, row: Row, config: GenerationConfig, clock: Clock) -> None:
@@ -128,17 +137,206 @@ class ClipDecoding:
         self.end_seconds = clock.seconds()
 
     def result(self, config: GenerationConfig) -> DecodeResult:
+        """Its decoding, timed from when it joined."""
+        passes = self.passes
+        if self.start_seconds:
+            passes = [
+                dataclasses.replace(p, start_seconds=p.start_seconds - self.start_seconds) for p in passes
+            ]
         return DecodeResult(
             token_ids=tuple(self.output),
             prompt_ids=tuple(self.first_prompt or ()),
             language=language_code(config, self.language_id),
             tokens=tuple(self.tokens),
             steps=tuple(self.steps),
-            passes=tuple(self.passes),
+            passes=tuple(passes),
             encodings=tuple(self.encodings),
-            total_seconds=self.end_seconds,
+            total_seconds=self.end_seconds - self.start_seconds,
             windows=tuple(self.windows),
         )
+
+
+class WindowBatch:
+    """Clips' windows decoded as the rows of one `loop.Batch`: clips join at any step, a clip whose window
+    is done rejoins with its next one, and `step` returns the clips whose last window it finished.
+
+    Clips joining together are rows in the order they first joined. make_drafter (see MakeDrafter) makes
+    each batch's drafter when the batch starts; with it, clips join only a batch with no rows (the seek
+    loop in rounds, the r-th windows of the clips in order: the drafter was made for its rows). policy: makes
+    the draft-length policy of each new batch (default: the one the first clip's options ask for).
+    """
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        clock: Clock | None = None,
+        encoder: Encoder = encode,
+        make_drafter: MakeDrafter | None = None,
+        on_window: Callable[[ClipDecoding], None] | None = None,
+        policy: Callable[[], DraftLength] | None = None,
+    ) -> None:
+        self.pair = pair
+        self.clock = clock or Clock()
+        self.encoder = encoder
+        self.make_drafter = make_drafter
+        self.on_window = on_window
+        self.policy = policy
+        self.batch: Batch | None = None
+        self.waiting: list[ClipDecoding] = []  # their next windows join at the next step
+        self._clips: dict[int, ClipDecoding] = {}  # id(row) -> the clip whose window it is
+        self._arrival: dict[int, int] = {}  # id(clip) -> its place in the order clips joined
+        self._draft_frames = WINDOW_FRAMES  # feature frames a separate draft's encoder reads in this batch
+
+    @property
+    def rows(self) -> list[Row]:
+        return self.batch.rows if self.batch is not None else []
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.rows)
+
+    def join(self, clips: Sequence[ClipDecoding]) -> None:
+        """Clips to decode: their first windows join at the next step."""
+        for clip in clips:
+            self._arrival.setdefault(id(clip), len(self._arrival))
+        self.waiting += [clip for clip in clips if not clip.done]
+
+    def drop(self, clip: ClipDecoding) -> None:
+        """Stop decoding a clip (its request was cancelled): its row leaves at the next step."""
+        self.waiting = [other for other in self.waiting if other is not clip]
+        self._arrival.pop(id(clip), None)
+        clip.done = True
+        for row in self.rows:
+            if self._clips.get(id(row)) is clip:
+                row.finished = True
+
+    def step(self) -> list[ClipDecoding]:
+        """Waiting windows join, then one target pass over every row; the clips it finished."""
+        self._admit()
+        if not self.rows:
+            return []
+        config = self.pair.target.model.generation_config
+        finished = []
+        for row in self.batch.step():
+            clip = self._clips.pop(id(row))
+            if clip.done:  # dropped
+                continue
+            clip.finish_window(row, config, self.clock)
+            if self.on_window is not None:
+                self.on_window(clip)
+            (finished if clip.done else self.waiting).append(clip)
+        for clip in finished:
+            del self._arrival[id(clip)]
+        return finished
+
+    def _admit(self) -> None:
+        """The waiting clips' next windows join the batch: encoded together, one row each."""
+        if not self.waiting or (self.rows and self.make_drafter is not None):
+            return
+        if not self.rows:
+            self.batch = None
+        clips = sorted(self._fitting(self.waiting), key=lambda clip: self._arrival[id(clip)])  # join order
+        self.waiting = [clip for clip in self.waiting if clip not in clips]
+        if not clips:
+            return
+        cancel.check()  # and before each join (encoders included)
+        target = self.pair.target.model
+        hidden = _encode(
+            self.encoder, target, [c.features.target for c in clips], clips, "target", self.clock
+        )
+        _set_languages(self.pair, clips, hidden)
+        rows = [clip.next_row(self.pair, target.device) for clip in clips]
+        if self.batch is None:
+            self._start(hidden, clips, rows)
+        else:
+            self.batch.target.add(hidden)
+            self._add_drafting(hidden, clips, rows)
+            self.batch.add(rows)
+        self._clips.update({id(row): clip for row, clip in zip(rows, clips, strict=True)})
+
+    def _start(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> None:
+        if self.make_drafter is not None and any(row.drafts for row in rows):
+            for row in rows:  # a plug-in drafter gets the draft model of every row, as the seek loop gave it
+                row.drafts = True
+        drafter = None
+        if any(row.drafts for row in rows):
+            self._draft_frames = self._frames_for(_drafting(clips, rows))
+            drafter = self._draft_model(hidden, clips, rows)
+        if self.make_drafter is not None:
+            drafter = self.make_drafter(rows, drafter)
+            for row in rows:  # a plug-in drafter proposes for every row (it may hold a draft model back)
+                row.drafts = drafter is not None
+        policy = self._policy(clips[0].options) if drafter is not None else None
+        self.batch = Batch(CachedDecoder(self.pair.target.model, hidden), drafter, policy, self.clock)
+        self.batch.add(rows)
+
+    def _add_drafting(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> None:
+        """The joining rows' side of the draft: added to the drafter, or the drafter made now (with blank
+        rows for those already in the batch) when these are the first rows that draft."""
+        batch = self.batch
+        if batch.drafter is not None:
+            draft_hidden, prompts = self._draft_rows(hidden, clips, rows)
+            batch.drafter.add(draft_hidden, prompts)
+        elif any(row.drafts for row in rows):
+            earlier = list(batch.rows)
+            self._draft_frames = self._frames_for(_drafting(clips, rows))
+            blank = self._blank_draft_rows(len(earlier))
+            prompts = [self.pair.vocabulary.prompt_to_draft(row.sequence) for row in earlier]
+            batch.drafter = self._draft_model(hidden, clips, rows)
+            batch.drafter.add(blank, prompts)  # after the new rows: reordered so that row b stays row b
+            batch.drafter.keep([*range(len(rows), len(rows) + len(earlier)), *range(len(rows))])
+            batch.policy = self._policy(clips[0].options)
+            batch.policy.add(earlier)
+
+    def _draft_model(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> DraftModel:
+        draft_hidden, prompts = self._draft_rows(hidden, clips, rows)
+        decoder = LeanDecoder if self.pair.draft_settings.lean_step else CachedDecoder
+        return DraftModel(decoder(self.pair.draft.model, draft_hidden), self.pair.vocabulary, prompts)
+
+    def _draft_rows(
+        self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]
+    ) -> tuple[torch.Tensor, list[list[int]]]:
+        """The draft's encoder states for rows (the target's for a shared encoder; else its own, blank for
+        rows that do not draft) and their draft prompts."""
+        prompts = [self.pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
+        if self.pair.kind is DraftKind.SHARED_ENCODER:
+            return hidden, prompts
+        drafting = [i for i, row in enumerate(rows) if row.drafts]
+        draft_hidden = self._blank_draft_rows(len(rows))
+        if drafting:
+            features = [clips[i].features.draft for i in drafting]
+            draft_hidden[drafting] = _encode(
+                self.encoder, self.pair.draft.model, features, [clips[i] for i in drafting], "draft",
+                self.clock, self._draft_frames,
+            )  # fmt: skip
+        return draft_hidden, prompts
+
+    def _blank_draft_rows(self, count: int) -> torch.Tensor:
+        """Draft encoder states for rows that never draft (a separate draft's encoder is not run for them)."""
+        model = self.pair.draft.model
+        positions = self._draft_frames // 2 if self.pair.kind is not DraftKind.SHARED_ENCODER else 1500
+        return torch.zeros(count, positions, model.config.d_model, dtype=model.dtype, device=model.device)
+
+    def _frames_for(self, clips: list[ClipDecoding]) -> int:
+        """Feature frames a separate draft's encoder reads of these clips' next windows."""
+        if self.pair.kind is DraftKind.SHARED_ENCODER:
+            return WINDOW_FRAMES  # (no encoder of its own)
+        windows = torch.cat([window_features(c.features.draft, c.seek) for c in clips])
+        return draft_frames(self.pair.draft_settings, windows, max(clip.window_frames for clip in clips))
+
+    def _fitting(self, clips: list[ClipDecoding]) -> list[ClipDecoding]:
+        """The clips that may join now: all, unless the batch's separate draft reads fewer encoder frames
+        than a clip's audio needs (that clip waits for a new batch)."""
+        if self.batch is None or self.batch.drafter is None or self.pair.kind is DraftKind.SHARED_ENCODER:
+            return list(clips)
+        return [
+            clip
+            for clip in clips
+            if clip.features.draft is None or self._frames_for([clip]) <= self._draft_frames
+        ]
+
+    def _policy(self, options: DecodeOptions) -> DraftLength:
+        return self.policy() if self.policy is not None else draft_length(options)
 
 
 def decode_clips(
@@ -154,38 +352,35 @@ def decode_clips(
     """Decode clips together, each with the result it gets alone; speculative when a draft exists.
 
     clips[i]: clip i's features for each model (`whisper.features.pair_features`). make_drafter replaces
-    each round's drafter (see MakeDrafter); on_window(clip) follows every window folded in (progress of
+    each batch's drafter (see MakeDrafter); on_window(clip) follows every window folded in (progress of
     a long file); clock: the decoding's clock, when several calls make one decoding (chunks of a file).
     """
-    clock = clock or Clock()
-    target = pair.target.model
-    config = target.generation_config
-    device = target.device
-    decodings = [ClipDecoding(features, make_generator(options, device)) for features in clips]
-    while pending := [clip for clip in decodings if not clip.done]:
-        cancel.check()  # and before each round of windows (encoders included)
-        hidden = _encode(encoder, target, [c.features.target for c in pending], pending, "target", clock)
-        for clip, language_id in zip(pending, language_ids(pair, options, hidden), strict=True):
-            if clip.first_prompt is None:
-                clip.language_id = language_id
-        rows = [clip.next_row(pair, options, device) for clip in pending]
-        drafting = speculative and _draft_speaks(pair, pending, options)
-        drafter = _draft_model(pair, hidden, pending, rows, encoder, clock) if drafting else None
-        if make_drafter is not None:
-            drafter = make_drafter(rows, drafter)
-        decode_rows(CachedDecoder(target, hidden), drafter, rows, options, clock)
-        for clip, row in zip(pending, rows, strict=True):
-            clip.finish_window(row, config, clock)
-            if on_window is not None:
-                on_window(clip)
-    return [clip.result(config) for clip in decodings]
+    device = pair.target.model.device
+    decodings = [
+        ClipDecoding(features, make_generator(options, device), options, speculative) for features in clips
+    ]
+    batch = WindowBatch(pair, clock, encoder, make_drafter, on_window)
+    batch.join(decodings)
+    while batch.busy:
+        batch.step()
+    return [clip.result(pair.target.model.generation_config) for clip in decodings]
 
 
-def _draft_speaks(pair: ModelPair, clips: list[ClipDecoding], options: DecodeOptions) -> bool:
-    """False where the draft would only be rejected, so its encoder and steps are not paid: an English-only
-    draft and no clip of the round in English (or a translation). The target decodes them alone."""
-    config = pair.target.model.generation_config
-    return any(pair.draft_fits(language_code(config, clip.language_id), options.task) for clip in clips)
+def _drafting(clips: list[ClipDecoding], rows: list[Row]) -> list[ClipDecoding]:
+    return [clip for clip, row in zip(clips, rows, strict=True) if row.drafts]
+
+
+def _set_languages(pair: ModelPair, clips: list[ClipDecoding], hidden: torch.Tensor) -> None:
+    """The language of each clip that starts now: its options' language, else the target's detection (one
+    batched detection for the clips that need one)."""
+    starting: dict[str | None, list[int]] = {}
+    for i, clip in enumerate(clips):
+        if clip.first_prompt is None:
+            starting.setdefault(clip.options.language, []).append(i)
+    for group in starting.values():
+        detected = language_ids(pair, clips[group[0]].options, hidden[group])
+        for i, language_id in zip(group, detected, strict=True):
+            clips[i].language_id = language_id
 
 
 def _encode(
@@ -195,37 +390,17 @@ def _encode(
     clips: list[ClipDecoding],
     name: str,
     clock: Clock,
-    settings: DraftSettings | None = None,
+    frames: int = WINDOW_FRAMES,
 ) -> torch.Tensor:
     """One batched encoder call over the clips' next windows, recorded once and named by each clip (a
-    draft's settings may have it read only the windows' audio: `fast_draft.draft_frames`)."""
+    draft may read only the first frames, those of the windows' audio: `fast_draft.draft_frames`)."""
     windows = torch.cat([window_features(f, clip.seek) for f, clip in zip(features, clips, strict=True)])
-    if settings is not None:
-        windows = windows[..., : draft_frames(settings, windows, max(clip.window_frames for clip in clips))]
+    windows = windows[..., :frames]
     hidden, seconds = encoder(model, windows)
     encoding = clock.new_encoding(name, len(clips), seconds)
     for clip in clips:
         clip.encodings.append(encoding)
     return hidden
-
-
-def _draft_model(
-    pair: ModelPair,
-    hidden: torch.Tensor,
-    clips: list[ClipDecoding],
-    rows: list[Row],
-    encoder: Encoder,
-    clock: Clock,
-) -> DraftModel | None:
-    """The draft model for a round's rows: on the target's encoder states if shared, else on its own."""
-    if pair.draft is None:
-        return None
-    if pair.kind is not DraftKind.SHARED_ENCODER:
-        features = [c.features.draft for c in clips]
-        hidden = _encode(encoder, pair.draft.model, features, clips, "draft", clock, pair.draft_settings)
-    prompts = [pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
-    decoder = LeanDecoder if pair.draft_settings.lean_step else CachedDecoder
-    return DraftModel(decoder(pair.draft.model, hidden), pair.vocabulary, prompts)
 
 
 def make_generator(options: DecodeOptions, device: torch.device) -> torch.Generator:
