@@ -172,10 +172,13 @@ def transcribe_on_gpu(request: compare.CompareRequest, progress=None) -> tuple[s
     return compare.transcribe_clip(STORES["served"], request, progress)
 
 
-async def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Progress, session: str | None):
+async def _shown_to_user(
+    task, request: compare.CompareRequest, progress: gr.Progress, session: str | None, submit=None
+):
     """Run a GPU task as a cancellable job in the line for the models (the bar says how many jobs go
-    first); a UserError, a full line included, becomes a gr.Error the page shows (one log line, no
-    traceback), a refused upload is deleted, and the app keeps serving."""
+    first), or, given `submit` (`Jobs.batched`'s), as a decoding that joins the running batch; a
+    UserError, a full line included, becomes a gr.Error the page shows (one log line, no traceback), a
+    refused upload is deleted, and the app keeps serving."""
 
     def waiting(ahead: int) -> None:
         progress(0, desc=f"Waiting for the models: {ahead} job{'s' * (ahead != 1)} before this one")
@@ -183,7 +186,10 @@ async def _shown_to_user(task, request: compare.CompareRequest, progress: gr.Pro
     try:
         if ON_ZERO_GPU:  # the task runs in ZeroGPU's own process: no cancellation scope reaches it
             return await asyncio.to_thread(task, request, None)  # nor can it pickle the progress tracker
-        return await JOBS["served"].run(Caller(PAGE, session), task, request, progress, waiting=waiting)
+        caller = Caller(PAGE, session)
+        if submit is not None:
+            return await JOBS["served"].batched(caller, submit, STORES["served"], request, progress)
+        return await JOBS["served"].run(caller, task, request, progress, waiting=waiting)
     except RefusedAudio as error:
         _delete_upload(request.audio)
         raise user_error(error) from None
@@ -306,7 +312,8 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form, skip_silence=skip_silence,
         )  # fmt: skip
-        return await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash)
+        submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
+        return await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
 
     with gr.Row():
         with gr.Column(scale=3):

@@ -3,7 +3,9 @@
 line shared with the OpenAI-compatible API, and a cancel that takes out only the job it names.
 
 The jobs here are planted: a decoding that waits for the test to let it finish (and stops, as a real one
-does, at its next check once cancelled), so the order is read from what ran, never from time.
+does, at its next check once cancelled), so the order is read from what ran, never from time. They take
+turns, as Compare runs and chunked files do (a plain transcription joins the shared batch instead:
+tests/test_openai_api.py).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ def planted(monkeypatch) -> Planted:
     fake = Planted()
     monkeypatch.setattr(compare, "transcribe_clip", fake.page)
     monkeypatch.setattr(openai_schema, "transcribe", fake.api)
+    # jobs that take turns, as a Compare or a chunked file does (a plain transcription joins the batch)
+    monkeypatch.setattr(compare.CompareRequest, "batchable", property(lambda request: False))
     yield fake
     fake.gate.set()
     deadline = time.monotonic() + 60

@@ -1,8 +1,8 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
 base (options, trace, audio, wer)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
-<-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  benchmarks/ (outside the
-package) on top, through public interfaces.
+<-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  scheduler on longform/, for
+app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ ALLOWED = {
     "streaming": {"whisper", "engine", "longform", "api", "streaming"},
     "corpus": {"whisper", "engine", "longform", "api", "corpus"},
     "distill": {"whisper", "engine", "distill"},
+    "scheduler": {"whisper", "engine", "longform"},
     "cli": {"whisper", "engine", "longform", "api", "streaming", "corpus", "distill"},
-    "app": {"whisper", "engine", "longform", "api", "streaming", "app"},
+    "app": {"whisper", "engine", "longform", "api", "streaming", "scheduler", "app"},
 }
 
 

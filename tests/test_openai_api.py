@@ -175,6 +175,29 @@ def test_ten_concurrent_requests_are_answered_or_told_to_retry(server, page_text
     assert app.JOBS["served"].running() == 0
 
 
+def test_concurrent_requests_share_the_targets_passes_and_answer_as_alone(server):
+    """Two clips sent at once (the line holds two here) join one batch: each answer is the one it gets
+    alone, and the target ran fewer passes than their own passes add up to."""
+    clips = [CLIP, CLIP.parent / "de-bahnhof.wav"]
+
+    def send(path: Path) -> object:
+        with path.open("rb") as audio:
+            return api(server).audio.transcriptions.create(
+                model=MODEL, file=audio, response_format="verbose_json"
+            )
+
+    alone = [send(path) for path in clips]
+    whisper = app.STORES["served"].whisper(SHARED_DRAFT)
+    batch = app.JOBS["served"].scheduler(whisper).batch
+    before = batch.clock.num_passes
+    with concurrent.futures.ThreadPoolExecutor(len(clips)) as pool:
+        together = list(pool.map(send, clips))
+    assert [answer.text for answer in together] == [answer.text for answer in alone]
+    own_passes = [answer.model_extra["speculative"]["target_passes"] for answer in together]
+    print(f"passes: {own_passes} on their own, {batch.clock.num_passes - before} run")
+    assert batch.clock.num_passes - before < sum(own_passes)
+
+
 def test_a_client_that_disconnects_has_its_decoding_stopped(server, tmp_path):
     rng = np.random.default_rng(3)  # a minute of noise bursts: long-form, seconds of decoding
     samples = rng.standard_normal(60 * 16_000) * (np.arange(60 * 16_000) % 8000 < 3000) * 0.2

@@ -9,12 +9,13 @@ run pays first-call costs, and callers alternate which run goes first from one c
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from specdec import longform
+from specdec import longform, scheduler
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import highlight, views
 from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_language, draft_note
@@ -139,6 +140,12 @@ class CompareRequest:
                 f"the limit is {MAX_REFERENCE_CHARS:,} characters and {MAX_REFERENCE_WORDS:,} words."
             )
 
+    @property
+    def batchable(self) -> bool:
+        """Its decoding may join the shared batch (`specdec.scheduler`): sequential long-form, all of the
+        audio (chunked and speech-only decoding run as jobs of their own)."""
+        return self.long_form == "sequential" and self.skip_silence is False
+
     def check_long_form(self) -> None:
         if not isinstance(self.skip_silence, bool):
             raise UserError(f"skip_silence must be true or false, not {str(self.skip_silence)[:20]!r}.")
@@ -246,6 +253,28 @@ def transcribe_clip(
     report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
     whisper, options, waveform = prepare(store, request, report)
     transcription = transcribe_speculative(whisper, waveform, options, request, report)
+    return transcript_view(whisper, options, transcription)
+
+
+def submit_clip(
+    schedule, stop, store: ModelStore, request: CompareRequest, progress: Report | None = None
+) -> Future:
+    """`Jobs.batched`'s submit for the Transcribe button (a `request.batchable` one): the clip prepared on
+    the models' thread and its decoding handed to the pair's batch; the future of `transcribe_clip`'s
+    answer."""
+    report = _no_report if progress is None else progress
+    whisper, options, waveform = prepare(store, request, report)
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    engine_progress = _engine_progress(report, "speculative: ") if longform.is_long(waveform) else None
+    name = Path(request.audio).name
+    decoding = schedule(whisper).submit(waveform, options, True, name, stop, engine_progress)
+    return scheduler.chained(decoding, lambda transcription: transcript_view(whisper, options, transcription))
+
+
+def transcript_view(
+    whisper: SpeculativeWhisper, options: DecodeOptions, transcription
+) -> tuple[str, str, dict]:
+    """The Transcribe view of a transcription: its text, its highlighted tokens and its statistics."""
     spans = views.token_spans(whisper, transcription.result)
     stats = {
         "language": transcription.language,

@@ -24,6 +24,11 @@ and nothing left running when nobody waits for it.
   thread, 0.95-1.10 s decoding on a second thread after loading on the first. Live updates run here too
   (`app.live.Listener`).
 - After each job the memory its decoding freed goes back to the system (`release_freed_memory`).
+- Transcriptions share the models' passes (`batched`): such a job counts in the line (QueueFull alike)
+  but takes no turn; once its pair is loaded and its audio read (a short task on `MODEL_THREAD`), its
+  decoding joins the pair's running batch (`specdec.scheduler`, whose steps run on `MODEL_THREAD` one
+  at a time, so a Compare run or a Live update runs between two steps, its timings its own). A
+  cancelled job leaves the batch at its next step.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ import ctypes
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from specdec.app.store import ModelStore, UserError
 from specdec.engine.cancel import Cancelled, cancellable
+from specdec.scheduler import Scheduler
 
 Result = TypeVar("Result")
 PAGE, API = "page", "api"  # the doors
@@ -64,6 +70,7 @@ class _Ticket:
     """One job's place in the line."""
 
     caller: Caller
+    batched: bool = False  # shares the batch: never takes a turn (`Jobs.batched`)
     stop: threading.Event = field(default_factory=threading.Event)
     ahead: int = 0  # jobs that will use the models before this one, if no other arrives
     news: asyncio.Future | None = None  # resolved when the line moves (the turn, the position, a stop)
@@ -82,6 +89,7 @@ class Jobs:
         self._door_served: dict[str, int] = {}  # each door's last turn
         self._caller_since: dict[Caller, int] = {}  # each present caller's last turn, or its arrival
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._schedulers: dict[int, Scheduler] = {}  # per loaded pair (id of its SpeculativeWhisper)
 
     async def run(
         self, caller: Caller, work: Callable[..., Result], *args, waiting: Callable[[int], None] | None = None
@@ -106,6 +114,39 @@ class Jobs:
                 if not any(other.caller == caller for other in self._tickets):
                     del self._caller_since[caller]
             self._hand_on()
+
+    async def batched(self, caller: Caller, submit: Callable[..., Future], *args) -> Result:
+        """A decoding that joins the running batch: submit(self.scheduler, stop, *args), called on the
+        models' thread under their lock, loads and reads what it needs, hands its decoding to a scheduler
+        and returns the future of its result, awaited here. QueueFull if the line is full; stopped (at
+        the batch's next step) if this handler is cancelled."""
+        self._loop = asyncio.get_running_loop()
+        ticket = _Ticket(caller, batched=True)
+        self._admit(ticket)
+        try:
+            self._hand_on()  # tells the waiting their place (this one takes none)
+            submitted = await self._in_thread(ticket.stop, submit, self.scheduler, ticket.stop, *args)
+            result = asyncio.wrap_future(submitted)
+            try:
+                return await asyncio.shield(result)
+            except asyncio.CancelledError:
+                ticket.stop.set()
+                await asyncio.wait([result])  # it has left the batch
+                raise
+        except Cancelled:
+            raise UserError("Stopped: the page that asked for this left.") from None
+        finally:
+            with self._lock:
+                self._tickets.remove(ticket)
+                if not any(other.caller == caller for other in self._tickets):
+                    self._caller_since.pop(caller, None)
+            self._hand_on()
+
+    def scheduler(self, whisper) -> Scheduler:
+        """The batch of a loaded pair (`specdec.scheduler`), run on MODEL_THREAD under the models' lock."""
+        if id(whisper) not in self._schedulers:
+            self._schedulers[id(whisper)] = Scheduler(whisper, MODEL_THREAD, self.store.work_lock)
+        return self._schedulers[id(whisper)]
 
     def stop_session(self, session: str | None) -> int:
         """Stop every job of a browser session (its page was closed); returns how many there were."""
@@ -139,7 +180,7 @@ class Jobs:
         """(On the event loop.) Give free models to the next job in turn, tell every waiting job its
         place, and wake them."""
         with self._lock:
-            waiting = [ticket for ticket in self._tickets if ticket is not self._running]
+            waiting = [t for t in self._tickets if t is not self._running and not t.batched]
             waiting_on = [ticket for ticket in waiting if not ticket.stop.is_set()]  # the stopped leave
             order = serving_order(waiting_on, self._door_served, self._caller_since)
             if self._running is None and order:

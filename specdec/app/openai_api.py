@@ -68,7 +68,10 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                 _check_key(request, api_key)
                 asked = await _read_form(request, store, max_file_size, Path(folder))
                 caller = Caller(API, request.client.host if request.client else None)  # turns by client
-                work = jobs.run(caller, openai_schema.transcribe, store, asked)
+                if openai_schema.batchable(asked):  # joins the running batch
+                    work = jobs.batched(caller, openai_schema.submit, store, asked)
+                else:
+                    work = jobs.run(caller, openai_schema.transcribe, store, asked)
                 answer = await _while_connected(request, work)
                 if answer is None:
                     logger.info("an API client disconnected: its transcription was stopped")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.datastructures import FormData
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from specdec import subtitles
+from specdec import scheduler, subtitles
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, chosen_language
@@ -129,8 +130,35 @@ def _temperature(form: FormData) -> float:
 
 
 def transcribe(store: ModelStore, asked: Asked) -> Answer:
-    """The job (in the jobs' worker thread, holding the models): the page's Transcribe decoding, and with
-    `check` its Compare decoding (both runs, in alternating order)."""
+    """The job (in the jobs' worker thread, holding the models) for a request that does not join the batch
+    (`batchable`): the page's Transcribe decoding, and with `check` its Compare decoding (both runs, in
+    alternating order, timed apart from any other request)."""
+    whisper, options, waveform = _prepared(store, asked)
+    request, seconds = asked.request, len(waveform) / SAMPLE_RATE
+    if not asked.check:
+        return Answer(compare.transcribe_speculative(whisper, waveform, options, request), seconds)
+    name, first = Path(request.audio).name, store.next_baseline_first()
+    both = compare.compare(whisper, waveform, options, first, name, request.long_form)
+    return Answer(both.speculative, seconds, both.baseline)
+
+
+def batchable(asked: Asked) -> bool:
+    """Decoded in the shared batch (`Jobs.batched`): a plain transcription, not a check (whose two runs
+    are timed apart) nor long-form decoding other than sequential (chunked, speech only)."""
+    return not asked.check and asked.request.batchable
+
+
+def submit(schedule, stop, store: ModelStore, asked: Asked) -> Future:
+    """`Jobs.batched`'s submit: the pair loaded and the audio read (on the models' thread), the decoding
+    handed to the pair's batch; the future of its Answer."""
+    whisper, options, waveform = _prepared(store, asked)
+    name, seconds = Path(asked.request.audio).name, len(waveform) / SAMPLE_RATE
+    decoding = schedule(whisper).submit(waveform, options, True, name, stop)
+    return scheduler.chained(decoding, lambda transcription: Answer(transcription, seconds))
+
+
+def _prepared(store: ModelStore, asked: Asked):
+    """(whisper, options, waveform) for the request: its pair loaded, its prompt in the options."""
     request = asked.request
     try:
         whisper, options, waveform = compare.prepare(store, request)
@@ -138,12 +166,7 @@ def transcribe(store: ModelStore, asked: Asked) -> Answer:
         raise _unavailable_model(store, asked.model, request.pair, error) from error
     if asked.prompt:
         options = dataclasses.replace(options, prompt_ids=_prompt_ids(whisper, asked.prompt))
-    seconds = len(waveform) / SAMPLE_RATE
-    if not asked.check:
-        return Answer(compare.transcribe_speculative(whisper, waveform, options, request), seconds)
-    name, first = Path(request.audio).name, store.next_baseline_first()
-    both = compare.compare(whisper, waveform, options, first, name, request.long_form)
-    return Answer(both.speculative, seconds, both.baseline)
+    return whisper, options, waveform
 
 
 def _unavailable_model(store: ModelStore, model: str, label: str, error: UnavailablePair) -> ApiError:

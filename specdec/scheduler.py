@@ -1,0 +1,205 @@
+"""Many requests, one batch: continuous batching in front of the engine.
+
+Requests come from any thread (`submit`: a 16 kHz waveform, its options, whether to speculate) and join the
+running batch (`engine.windows.WindowBatch`) at its next step; a long file (sequential long-form) joins as one
+row and each next window rejoins as a new row; a request leaves the batch when its last window is done and
+its future is answered then. Every output is the one its request gets alone (greedy; a seeded sampled request
+keeps the target's distribution, its very samples only alone: `engine.windows`).
+
+The batch runs on one executor thread (the app's `MODEL_THREAD`, where all its model work runs), one step
+per task: a task does one target pass and queues the next, so other work given to that thread (a Compare
+run, a live update) runs between two steps, never inside one. `lock` (the app's models' lock) is held for
+each step.
+
+Drafting by load: each batch's draft lengths come from its measured pass costs at its current number of rows
+and each row's acceptance (`engine.draft_length.CostAwareDraftLength`): alone a row drafts as the cost-aware
+policy finds best, and as the batch fills and the target's verify pass turns compute-bound, the batch drafts
+fewer tokens, or none.
+
+A request whose `stop` event is set leaves at the next step (its future raises `Cancelled`); `max_rows`
+requests decode at once, the others wait in arrival order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+
+import numpy as np
+
+from specdec import longform
+from specdec.audio import SAMPLE_RATE
+from specdec.engine.cancel import Cancelled
+from specdec.engine.draft_length import CostAwareDraftLength, DraftLength
+from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
+from specdec.longform.sequential import check_config
+from specdec.options import DecodeOptions
+from specdec.whisper.features import pair_features
+from specdec.whisper.tokens import language_token_id
+
+MAX_ROWS = 16  # requests decoding at once; the others wait for a row
+
+
+@dataclasses.dataclass(eq=False)
+class _Request:
+    waveform: np.ndarray
+    options: DecodeOptions
+    speculative: bool
+    name: str
+    stop: threading.Event
+    progress: longform.Progress | None
+    future: Future
+    clip: ClipDecoding | None = None  # once it joined
+
+
+class Scheduler:
+    """Requests to one model pair (a `SpeculativeWhisper`) decoded together as they come."""
+
+    def __init__(
+        self,
+        whisper,
+        executor: Executor | None = None,
+        lock: AbstractContextManager | None = None,
+        max_rows: int = MAX_ROWS,
+        policy: Callable[[], DraftLength] | None = None,
+    ) -> None:
+        """whisper: a `specdec.api.SpeculativeWhisper`; executor: where the batch runs (default: a thread of
+        its own); lock: held for each step; policy: each batch's draft lengths (default: by load)."""
+        self.whisper = whisper
+        self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix="specdec-scheduler")
+        self.lock = lock or nullcontext()
+        self.max_rows = max_rows
+        policy = policy or (lambda: CostAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12))
+        self.batch = WindowBatch(whisper.pair, on_window=self._on_window, policy=policy)
+        self._guard = threading.Lock()  # arrivals come from other threads
+        self._arrivals: list[_Request] = []
+        self._scheduled = False  # a step is queued or running
+        self._joined: list[_Request] = []  # (the batch's thread only)
+
+    def submit(
+        self,
+        waveform: np.ndarray,
+        options: DecodeOptions | None = None,
+        speculative: bool = True,
+        name: str = "audio",
+        stop: threading.Event | None = None,
+        progress: longform.Progress | None = None,
+    ) -> Future:
+        """A future of the waveform's `Transcription` (16 kHz mono float32, any length up to the audio
+        limit: over 30 s sequential long-form, timestamps on); `Cancelled` once stop is set."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        options = options or DecodeOptions()
+        request = _Request(waveform, options, speculative, name, stop or threading.Event(), progress, future)
+        with self._guard:
+            self._arrivals.append(request)
+            start = not self._scheduled
+            self._scheduled = True
+        if start:
+            self.executor.submit(self._run)
+        return future
+
+    @property
+    def waiting(self) -> int:
+        """Requests that have not joined the batch yet."""
+        with self._guard:
+            return len(self._arrivals)
+
+    @property
+    def decoding(self) -> int:
+        """Requests in the batch now."""
+        return len(self._joined)
+
+    def _run(self) -> None:
+        """One step of the batch (joining arrivals first), then the next one queued while work is left."""
+        try:
+            with self.lock:
+                self._join_arrivals()
+                self._leave_stopped()
+                finished = self.batch.step()
+            for clip in finished:
+                self._answer(clip)
+        except BaseException as error:  # noqa: BLE001 - every request that was decoding is told why
+            self._fail_all(error)
+        with self._guard:
+            self._scheduled = bool(self._arrivals or self.batch.busy)
+            again = self._scheduled
+        if again:
+            self.executor.submit(self._run)
+
+    def _join_arrivals(self) -> None:
+        with self._guard:
+            room = max(self.max_rows - len(self._joined), 0)
+            arrivals, self._arrivals = self._arrivals[:room], self._arrivals[room:]
+        for request in arrivals:
+            if request.stop.is_set():
+                request.future.set_exception(Cancelled("stopped before it started"))
+                continue
+            try:
+                request.clip = self._clip(request)
+            except Exception as error:  # noqa: BLE001 - this request's own problem, told to it alone
+                request.future.set_exception(error)
+                continue
+            request.clip.start_seconds = self.batch.clock.seconds()
+            self._joined.append(request)
+            self.batch.join([request.clip])
+
+    def _clip(self, request: _Request) -> ClipDecoding:
+        """The request's decoding, its problems (a language the target lacks) found before it joins."""
+        pair, options = self.whisper.pair, request.options
+        config = pair.target.model.generation_config
+        if options.language is not None and getattr(config, "is_multilingual", False):
+            language_token_id(config, options.language)
+        long = longform.is_long(request.waveform)
+        if long:
+            check_config(pair)
+            options = dataclasses.replace(options, timestamps=True)  # as generate() requires for long input
+        features = pair_features(pair, request.waveform, request.speculative, long=long)
+        generator = make_generator(options, pair.target.model.device)
+        return ClipDecoding(features, generator, options, request.speculative)
+
+    def _leave_stopped(self) -> None:
+        for request in [r for r in self._joined if r.stop.is_set()]:
+            self.batch.drop(request.clip)
+            self._joined.remove(request)
+            request.future.set_exception(Cancelled("the request was stopped"))
+
+    def _answer(self, clip: ClipDecoding) -> None:
+        request = next(r for r in self._joined if r.clip is clip)
+        self._joined.remove(request)
+        result = clip.result(self.whisper.pair.target.model.generation_config)
+        seconds = len(request.waveform) / SAMPLE_RATE
+        request.future.set_result(self.whisper.transcription(request.name, result, seconds))
+
+    def _on_window(self, clip: ClipDecoding) -> None:
+        request = next((r for r in self._joined if r.clip is clip), None)
+        if request is not None and request.progress is not None and not clip.done:
+            seconds = len(request.waveform) / SAMPLE_RATE
+            done = min(clip.seek / clip.num_frames, 1.0)
+            request.progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
+
+    def _fail_all(self, error: BaseException) -> None:
+        """A step failed: every request in the batch gets the error, and the batch starts afresh."""
+        for request in self._joined:
+            if not request.future.done():
+                request.future.set_exception(error)
+        self._joined = []
+        self.batch = WindowBatch(self.whisper.pair, on_window=self._on_window, policy=self.batch.policy)
+
+
+def chained(future: Future, then: Callable) -> Future:
+    """A future of then(future's result) (run where the result is set), or of its exception."""
+    after: Future = Future()
+    after.set_running_or_notify_cancel()
+
+    def done(finished: Future) -> None:
+        try:
+            after.set_result(then(finished.result()))
+        except BaseException as error:  # noqa: BLE001 - handed on to whoever waits
+            after.set_exception(error)
+
+    future.add_done_callback(done)
+    return after

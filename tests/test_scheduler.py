@@ -1,0 +1,79 @@
+"""Many requests at once (`specdec.scheduler`): requests from several threads join one running batch, each
+answered with exactly what it gets alone; a cancelled one leaves without changing the others; a request's
+own problem is its alone.
+
+Demo models (random weights): the clips of test_batching in three languages, noise and bursts, with other
+options per request, and a long file (sequential long-form, its windows rejoining the batch one by one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from test_batching import BATCH
+
+from specdec.engine.cancel import Cancelled
+from specdec.options import DecodeOptions
+from specdec.scheduler import Scheduler
+
+GREEDY = DecodeOptions(max_new_tokens=24)
+LONG = np.concatenate([BATCH["en-weather"], BATCH["bursts-9s"], BATCH["de-bahnhof"], BATCH["bursts-9s"]] * 2)
+REQUESTS = [  # (clip, options, speculative)
+    ("en-weather", GREEDY, True),
+    ("de-bahnhof", dataclasses.replace(GREEDY, timestamps=True), True),
+    ("es-biblioteca", dataclasses.replace(GREEDY, language="es"), True),
+    ("noise-2s", GREEDY, False),
+    ("bursts-9s", GREEDY, True),
+    ("long", GREEDY, True),
+]
+
+
+def waveform(name: str) -> np.ndarray:
+    return LONG if name == "long" else BATCH[name]
+
+
+def alone(whisper, name: str, options: DecodeOptions, speculative: bool) -> tuple[int, ...]:
+    audio = waveform(name)
+    if name == "long":
+        return whisper.transcribe_long(audio, options, speculative).token_ids
+    return whisper.transcribe_waveform(audio, options, speculative).token_ids
+
+
+def test_concurrent_requests_share_passes_and_decode_as_alone(shared_pair):
+    assert len(LONG) / 16000 > 30
+    scheduler = Scheduler(shared_pair)
+    with ThreadPoolExecutor(len(REQUESTS)) as clients:
+        futures = [
+            clients.submit(lambda r=request: scheduler.submit(waveform(r[0]), r[1], r[2], r[0]).result(120))
+            for request in REQUESTS
+        ]
+        results = [future.result() for future in futures]
+    shared = 0
+    for (name, options, speculative), result in zip(REQUESTS, results, strict=True):
+        assert result.token_ids == alone(shared_pair, name, options, speculative), f"{name} differs"
+        assert result.audio == name and result.result.total_seconds > 0
+        shared += sum(one.rows > 1 for one in result.result.passes)
+    assert shared > 10, "the requests shared target passes"
+    assert len(results[-1].result.windows) > 1 and results[-1].segments, "the long file, window by window"
+    assert scheduler.decoding == 0 and scheduler.waiting == 0
+
+
+def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):
+    scheduler = Scheduler(shared_pair, max_rows=2)
+    stop = threading.Event()
+    cancelled = scheduler.submit(LONG, GREEDY, True, "long", stop=stop)
+    bad = scheduler.submit(BATCH["en-weather"], dataclasses.replace(GREEDY, language="klingon"))
+    good = [scheduler.submit(BATCH[name], GREEDY, True, name) for name in ("en-weather", "de-bahnhof")]
+    time.sleep(0.5)
+    stop.set()
+    with pytest.raises(Cancelled):
+        cancelled.result(120)
+    with pytest.raises(ValueError, match="unsupported language"):
+        bad.result(120)
+    for name, future in zip(("en-weather", "de-bahnhof"), good, strict=True):
+        assert future.result(120).token_ids == alone(shared_pair, name, GREEDY, True)
