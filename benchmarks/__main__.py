@@ -9,6 +9,7 @@
     corpus   corpus throughput: the Ray Data command (1 and 2 actors) against a plain batched loop
     e2e      one request as a user sends it (a file path in, its text out) per clip: the target alone,
              each draft, faster-whisper float32 and int8
+    serve    1-16 concurrent clients against `python app.py` over loopback: throughput, latency, batch rows
 
 Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
 field is its help). The JSON report goes to --out (a folder, or the file an options class names as its
@@ -23,7 +24,7 @@ import sys
 # Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores; timings are
 # taken on shared machines. e2e and stream measure what a user meets: one process, the default waiting
 # (as `specdec transcribe` and the app run). Read when torch loads: set before anything imports it.
-if sys.argv[1:2] not in (["e2e"], ["stream"]):
+if sys.argv[1:2] not in (["e2e"], ["stream"], ["serve"]):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
@@ -44,6 +45,7 @@ BENCHMARKS = {
     "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu_report"),
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
+    "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}
 

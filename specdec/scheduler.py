@@ -11,10 +11,10 @@ per task: a task does one target pass and queues the next, so other work given t
 run, a live update) runs between two steps, never inside one. `lock` (the app's models' lock) is held for
 each step.
 
-Drafting by load: each batch's draft lengths come from its measured pass costs at its current number of rows
-and each row's acceptance (`engine.draft_length.CostAwareDraftLength`): alone a row drafts as the cost-aware
-policy finds best, and as the batch fills and the target's verify pass turns compute-bound, the batch drafts
-fewer tokens, or none.
+Drafting by load (`engine.draft_length.LoadAwareDraftLength`): a request alone drafts as it does outside the
+scheduler (adaptive k per row); while several decode, each row's k is capped at the one the batch's measured
+pass costs and the rows' acceptance find best (the cost-aware policy), so as the batch fills and the
+target's verify pass turns compute-bound, the rows draft fewer tokens, or none.
 
 A request whose `stop` event is set leaves at the next step (its future raises `Cancelled`); `max_rows`
 requests decode at once, the others wait in arrival order.
@@ -33,7 +33,7 @@ import numpy as np
 from specdec import longform
 from specdec.audio import SAMPLE_RATE
 from specdec.engine.cancel import Cancelled
-from specdec.engine.draft_length import CostAwareDraftLength, DraftLength
+from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
 from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
 from specdec.longform.sequential import check_config
 from specdec.options import DecodeOptions
@@ -72,7 +72,7 @@ class Scheduler:
         self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix="specdec-scheduler")
         self.lock = lock or nullcontext()
         self.max_rows = max_rows
-        policy = policy or (lambda: CostAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12))
+        policy = policy or LoadAwareDraftLength
         self.batch = WindowBatch(whisper.pair, on_window=self._on_window, policy=policy)
         self._guard = threading.Lock()  # arrivals come from other threads
         self._arrivals: list[_Request] = []

@@ -160,6 +160,11 @@ class DecodeResult:
         return self.num_generated / self.num_target_passes if self.steps else 0.0
 
     @property
+    def mean_batch_rows(self) -> float:
+        """Rows in the batched passes this clip took part in, on average (1.0: it decoded alone)."""
+        return sum(p.rows for p in self.passes) / len(self.passes) if self.passes else 0.0
+
+    @property
     def encoder_seconds(self) -> float:
         return sum(encoding.seconds for encoding in self.encodings)
 
@@ -185,6 +190,7 @@ class DecodeResult:
             "num_generated": self.num_generated,
             "num_target_passes": self.num_target_passes,
             "num_batched_passes": len(self.passes),
+            "mean_batch_rows": self.mean_batch_rows,
             "num_drafted": self.num_drafted,
             "num_accepted": self.num_accepted,
             "acceptance_rate": self.acceptance_rate,

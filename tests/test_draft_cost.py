@@ -14,7 +14,13 @@ from types import SimpleNamespace
 import pytest
 from test_batching import BATCH, MAX_NEW_TOKENS, assert_same_outputs, decode_alone, decode_together
 
-from specdec.engine.draft_length import CostAwareDraftLength, RowAcceptance, StepFacts, expected_tokens
+from specdec.engine.draft_length import (
+    CostAwareDraftLength,
+    LoadAwareDraftLength,
+    RowAcceptance,
+    StepFacts,
+    expected_tokens,
+)
 from specdec.options import DecodeOptions
 
 ROWS = 8
@@ -112,3 +118,20 @@ def test_cost_aware_batch_equals_alone_while_k_changes(shared_pair):
     labels = {token.label for t in batched for token in t.result.tokens}
     assert {"accepted", "corrected"} <= labels, "needs both accepted and rejected drafts to prove anything"
     assert len(batched) == len(BATCH)
+
+
+def test_load_aware_drafts_adaptively_alone_and_caps_a_full_batch():
+    """Alone a row drafts its adaptive k; in a batch whose verify pass costs as much per token as a draft
+    saves, the cost-aware cap holds every row to k = 0 once measured."""
+    alone = LoadAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12)
+    (row,) = rows_with_budgets([30])
+    row.options = DecodeOptions(num_draft_tokens=5)
+    alone.add([row])
+    assert alone.choose([row], [1]) == [5]
+    full = LoadAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12)
+    rows = rows_with_budgets([30] * ROWS)
+    for one in rows:
+        one.options = DecodeOptions(num_draft_tokens=5)
+    full.add(rows)
+    full.cost_aware = chooser_after(slope=0.2, intercept=0.0, draft_pass=0.2)  # verify ~ tokens fed
+    assert full.choose(rows, [1] * ROWS) == [0] * ROWS

@@ -230,6 +230,8 @@ def _verbose(asked: Asked, answer: Answer) -> dict:
         "tokens_per_target_pass": result.tokens_per_pass,
         "target_passes": result.num_target_passes,
         "target_passes_saved": baseline_passes - result.num_target_passes,
+        "draft_tokens": result.num_drafted,
+        "batch_rows": result.mean_batch_rows,  # rows of the passes it shared with other requests, on average
         "decode_seconds": result.decode_seconds,
         "identical_to_target": baseline.token_ids == transcription.token_ids if baseline else None,
     }

@@ -14,6 +14,8 @@ Each row drafts by its own options (`row.options`); the policy is the batch's.
   step per MAX_PAUSE passes instead of one per pass; a useful one pauses rarely and briefly.
 - `CostAwareDraftLength` (options.cost_aware): the batch's k maximises expected tokens per second from
   measured pass costs and each row's acceptance (below).
+- `LoadAwareDraftLength` (the shared batch of many requests, `specdec.scheduler`): adaptive per row, capped
+  by the cost-aware k while more than one row decodes.
 
 Every k keeps the output exactly the target's; these change speed only (and, with sampling, the cost-aware
 choice depends on timings, so a seed no longer fixes the tokens).
@@ -245,3 +247,33 @@ class CostAwareDraftLength:
 
     def keep(self, rows: Sequence[int]) -> None:
         self.rows = [self.rows[b] for b in rows]
+
+
+class LoadAwareDraftLength:
+    """Drafting by load (a shared batch of requests): each row's adaptive k (`AdaptiveDraftLength`, as it
+    drafts alone), capped, while more than one row decodes, at the k the batch's measured costs find best
+    (`CostAwareDraftLength`): as the batch fills and its verify pass turns compute-bound, rows draft
+    fewer tokens, or none."""
+
+    def __init__(self, num_draft_tokens: int = 5, max_draft_tokens: int = 12) -> None:
+        self.adaptive = AdaptiveDraftLength()
+        self.cost_aware = CostAwareDraftLength(num_draft_tokens, max_draft_tokens)
+
+    def choose(self, rows: Sequence[Row], pending: Sequence[int]) -> list[int]:
+        lengths = self.adaptive.choose(rows, pending)
+        if len(rows) > 1:
+            caps = self.cost_aware.choose(rows, pending)
+            lengths = [min(k, cap) for k, cap in zip(lengths, caps, strict=True)]
+        return lengths
+
+    def observe(self, facts: StepFacts) -> None:
+        self.adaptive.observe(facts)
+        self.cost_aware.observe(facts)
+
+    def add(self, rows: Sequence[Row]) -> None:
+        self.adaptive.add(rows)
+        self.cost_aware.add(rows)
+
+    def keep(self, rows: Sequence[int]) -> None:
+        self.adaptive.keep(rows)
+        self.cost_aware.keep(rows)
