@@ -65,13 +65,16 @@ class Scheduler:
         lock: AbstractContextManager | None = None,
         max_rows: int = MAX_ROWS,
         policy: Callable[[], DraftLength] | None = None,
+        on_idle: Callable[[], None] | None = None,
     ) -> None:
         """whisper: a `specdec.api.SpeculativeWhisper`; executor: where the batch runs (default: a thread of
-        its own); lock: held for each step; policy: each batch's draft lengths (default: by load)."""
+        its own); lock: held for each step; policy: each batch's draft lengths (default: by load);
+        on_idle: called (on the executor) when the last request has left (the app gives memory back)."""
         self.whisper = whisper
         self.executor = executor or ThreadPoolExecutor(1, thread_name_prefix="specdec-scheduler")
         self.lock = lock or nullcontext()
         self.max_rows = max_rows
+        self.on_idle = on_idle
         policy = policy or LoadAwareDraftLength
         self.batch = WindowBatch(whisper.pair, on_window=self._on_window, policy=policy)
         self._guard = threading.Lock()  # arrivals come from other threads
@@ -129,6 +132,8 @@ class Scheduler:
             again = self._scheduled
         if again:
             self.executor.submit(self._run)
+        elif self.on_idle is not None:
+            self.on_idle()
 
     def _join_arrivals(self) -> None:
         with self._guard:

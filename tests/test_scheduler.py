@@ -3,7 +3,8 @@ answered with exactly what it gets alone; a cancelled one leaves without changin
 own problem is its alone.
 
 Demo models (random weights): the clips of test_batching in three languages, noise and bursts, with other
-options per request, and a long file (sequential long-form, its windows rejoining the batch one by one).
+options per request, and a long file (sequential long-form, its windows rejoining the batch one by one);
+and the real CPU default pair on the assets, a minute of English among them and one request cancelled.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 from test_batching import BATCH
 
+from specdec.api import SpeculativeWhisper
+from specdec.audio import MAX_LONG_SECONDS, load_audio
 from specdec.engine.cancel import Cancelled
 from specdec.options import DecodeOptions
 from specdec.scheduler import Scheduler
 
+ASSETS = Path(__file__).parent.parent / "assets"
 GREEDY = DecodeOptions(max_new_tokens=24)
 LONG = np.concatenate([BATCH["en-weather"], BATCH["bursts-9s"], BATCH["de-bahnhof"], BATCH["bursts-9s"]] * 2)
 REQUESTS = [  # (clip, options, speculative)
@@ -77,3 +82,32 @@ def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):
         bad.result(120)
     for name, future in zip(("en-weather", "de-bahnhof"), good, strict=True):
         assert future.result(120).token_ids == alone(shared_pair, name, GREEDY, True)
+
+
+def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_models):
+    """The CPU default pair (whisper-base with its self-draft, real weights): short clips in three languages
+    and a minute of English (its windows rejoining), sent from threads at once, one of them cancelled
+    while it decodes; every other answer equals the one it gets alone."""
+    whisper = SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device="cpu")
+    scheduler = Scheduler(whisper)
+    names = ("en-jfk.flac", "de-bahnhof.wav", "es-biblioteca.wav", "en-weather.wav", "long/en-six-parts.flac")
+    audio = {name: load_audio(ASSETS / name, max_seconds=MAX_LONG_SECONDS) for name in names}
+    options = DecodeOptions()
+    stop = threading.Event()
+    cancelled = scheduler.submit(audio["long/en-six-parts.flac"], options, True, "cancelled", stop=stop)
+    with ThreadPoolExecutor(len(names)) as clients:
+        futures = {name: clients.submit(scheduler.submit, audio[name], options, True, name) for name in names}
+        time.sleep(1.0)
+        stop.set()
+        answers = {name: future.result().result(300) for name, future in futures.items()}
+    with pytest.raises(Cancelled):
+        cancelled.result(300)
+    for name, answer in answers.items():
+        waveform = audio[name]
+        alone = (
+            whisper.transcribe_long(waveform, options) if len(waveform) > 30 * 16000
+            else whisper.transcribe_waveform(waveform, options)
+        )  # fmt: skip
+        assert answer.token_ids == alone.token_ids, f"{name}: differs from alone"
+    assert max(answer.result.mean_batch_rows for answer in answers.values()) > 1.5, "they shared passes"
+    assert {answer.language for answer in answers.values()} >= {"en", "de"}

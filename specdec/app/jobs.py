@@ -145,7 +145,9 @@ class Jobs:
     def scheduler(self, whisper) -> Scheduler:
         """The batch of a loaded pair (`specdec.scheduler`), run on MODEL_THREAD under the models' lock."""
         if id(whisper) not in self._schedulers:
-            self._schedulers[id(whisper)] = Scheduler(whisper, MODEL_THREAD, self.store.work_lock)
+            self._schedulers[id(whisper)] = Scheduler(
+                whisper, MODEL_THREAD, self.store.work_lock, on_idle=release_freed_memory
+            )
         return self._schedulers[id(whisper)]
 
     def stop_session(self, session: str | None) -> int:
