@@ -123,12 +123,12 @@ def test_cost_aware_batch_equals_alone_while_k_changes(shared_pair):
 def test_load_aware_drafts_adaptively_alone_and_caps_a_full_batch():
     """Alone a row drafts its adaptive k; in a batch whose verify pass costs as much per token as a draft
     saves, the cost-aware cap holds every row to k = 0 once measured."""
-    alone = LoadAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12)
+    alone = LoadAwareDraftLength()
     (row,) = rows_with_budgets([30])
     row.options = DecodeOptions(num_draft_tokens=5)
     alone.add([row])
     assert alone.choose([row], [1]) == [5]
-    full = LoadAwareDraftLength(num_draft_tokens=5, max_draft_tokens=12)
+    full = LoadAwareDraftLength()
     rows = rows_with_budgets([30] * ROWS)
     for one in rows:
         one.options = DecodeOptions(num_draft_tokens=5)

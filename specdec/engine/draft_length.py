@@ -255,9 +255,11 @@ class LoadAwareDraftLength:
     (`CostAwareDraftLength`): as the batch fills and its verify pass turns compute-bound, rows draft
     fewer tokens, or none."""
 
-    def __init__(self, num_draft_tokens: int = 5, max_draft_tokens: int = 12) -> None:
+    def __init__(self, options: DecodeOptions | None = None) -> None:
+        """options: the cost-aware cap's exploration k and largest k (default: DecodeOptions' defaults)."""
+        options = options or DecodeOptions()
         self.adaptive = AdaptiveDraftLength()
-        self.cost_aware = CostAwareDraftLength(num_draft_tokens, max_draft_tokens)
+        self.cost_aware = CostAwareDraftLength(options.num_draft_tokens, options.max_draft_tokens)
 
     def choose(self, rows: Sequence[Row], pending: Sequence[int]) -> list[int]:
         lengths = self.adaptive.choose(rows, pending)
