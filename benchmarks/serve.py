@@ -42,7 +42,6 @@ class ServeBenchOptions:
     clients: tuple[int, ...] = (1, 2, 4, 8, 16)  # numbers of concurrent clients
     clips: str = "en-fellow-americans,en-weather,en-jfk,de-bahnhof,es-biblioteca,fr-marche"  # cycled
     alone_rounds: int = 5  # one request alone: rounds of scheduler vs direct
-    out: str = OUT
 
 
 def clip_paths(options: ServeBenchOptions) -> list[Path]:
