@@ -46,8 +46,7 @@ class ServeBenchOptions:
 
 def clip_paths(options: ServeBenchOptions) -> list[Path]:
     names = [name.strip() for name in options.clips.split(",") if name.strip()]
-    paths = [next(ASSETS.glob(f"{name}.*")) for name in names]
-    return paths
+    return [next(ASSETS.glob(f"{name}.*")) for name in names]
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -125,7 +124,6 @@ def alone_through_the_scheduler(paths: list[Path], rounds: int) -> dict:
     scheduler = Scheduler(whisper)
     waveforms = {path.stem: load_audio(path) for path in paths}
     options = DecodeOptions()
-    times: dict[str, list[float]] = {"direct": [], "scheduler": []}
     per_clip = {}
     for name, waveform in waveforms.items():
         whisper.transcribe_waveform(waveform, options)  # warm
@@ -141,8 +139,6 @@ def alone_through_the_scheduler(paths: list[Path], rounds: int) -> dict:
                     scheduler.submit(waveform, options).result()
                 mine[way].append(time.perf_counter() - start)
         per_clip[name] = {way: round(statistics.median(found), 3) for way, found in mine.items()}
-        for way in times:
-            times[way] += mine[way]
     ratios = [clip["scheduler"] / clip["direct"] for clip in per_clip.values()]
     return {"per_clip": per_clip, "median_ratio": round(statistics.median(ratios), 3)}
 

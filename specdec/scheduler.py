@@ -35,7 +35,7 @@ from specdec.audio import SAMPLE_RATE
 from specdec.engine.cancel import Cancelled
 from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
 from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
-from specdec.longform.sequential import check_config
+from specdec.longform.sequential import check_config, report_segment
 from specdec.options import DecodeOptions
 from specdec.whisper.features import pair_features
 from specdec.whisper.tokens import language_token_id
@@ -182,9 +182,7 @@ class Scheduler:
     def _on_window(self, clip: ClipDecoding) -> None:
         request = next((r for r in self._joined if r.clip is clip), None)
         if request is not None and request.progress is not None and not clip.done:
-            seconds = len(request.waveform) / SAMPLE_RATE
-            done = min(clip.seek / clip.num_frames, 1.0)
-            request.progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
+            report_segment(request.progress, clip, len(request.waveform) / SAMPLE_RATE)
 
     def _fail_all(self, error: BaseException) -> None:
         """A step failed: every request in the batch gets the error, and the batch starts afresh."""

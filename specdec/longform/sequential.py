@@ -48,12 +48,17 @@ def decode_sequential(
 
     def on_window(clip: ClipDecoding) -> None:
         if progress is not None:
-            done = min(clip.seek / clip.num_frames, 1.0)
-            progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
+            report_segment(progress, clip, seconds)
 
     options = dataclasses.replace(options, timestamps=True)
     (result,) = decode_clips(pair, [features], options, speculative, on_window=on_window)
     return result
+
+
+def report_segment(progress: Progress, clip: ClipDecoding, seconds: float) -> None:
+    """progress(fraction, message) after a window of a `seconds`-long file was folded in."""
+    done = min(clip.seek / clip.num_frames, 1.0)
+    progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
 
 
 def check_config(pair: ModelPair) -> None:
