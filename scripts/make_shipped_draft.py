@@ -97,7 +97,8 @@ def main() -> None:
         "data": {
             "speech": "scripts/make_distill_speech.py: espeak-ng reading gettext catalogs' sentences "
             "(Debian packages) and Python docstrings; 800 English clips, 250 each of "
-            "de es fr nl it pt ru pl sv tr cs" + "".join(f"; and {more} (--more)" for more in args.more),
+            "de es fr nl it pt ru pl sv tr cs"
+            + "".join(f"; and the clips in {more.name}/ (--more)" for more in args.more),
             "clips": len(clips),
             "windows": {"training": len(kept), "held_out": len(held_out)},
             "training_tokens": sum(len(s.tokens) - s.prompt_length for s in training_readings.sequences),
