@@ -97,6 +97,7 @@ from specdec.app.store import (
 )
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.streaming.session import StreamOptions
 from specdec.vad import rms_dbfs
 from specdec.whisper.models import default_pair
@@ -349,7 +350,13 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                     label="Draft length",
                     info="adaptive: k follows the acceptance (chunked, greedy: the batch's measured costs)",
                 )
-                num_draft_tokens = gr.Slider(1, 12, value=5, step=1, label="Draft tokens k (start value)")
+                num_draft_tokens = gr.Slider(
+                    DecodeOptions.min_draft_tokens,
+                    DecodeOptions.max_draft_tokens,
+                    value=DecodeOptions.num_draft_tokens,
+                    step=1,
+                    label="Draft tokens k (start value)",
+                )
             with gr.Row():
                 temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
                 # bounds checked by compare.checked_seed: Gradio's own check prints a traceback per call
@@ -358,7 +365,10 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 label="Timestamps", info="segment times; the SRT and WebVTT downloads need them"
             )
             long_form = gr.Radio(
-                list(LONG_FORM_MODES), value="sequential", label="Long audio (over 30 s)", info=LONG_FORM_HELP
+                list(LONG_FORM_MODES),
+                value=TranscribeOptions.long_form,
+                label="Long audio (over 30 s)",
+                info=LONG_FORM_HELP,
             )
             skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
     with gr.Row():

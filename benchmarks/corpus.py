@@ -84,7 +84,10 @@ def run_loop(
     started = time.perf_counter()
     whisper = SpeculativeWhisper(draft_model=draft, final_model=target, device=options.device)
     loaded = time.perf_counter()
-    results = whisper.transcribe_many([str(path) for path in paths], decode, batch_size=options.batch_size)
+    files = [str(path) for path in paths]
+    results = whisper.transcribe(
+        files, decode, return_stats=True, errors="return", batch_size=options.batch_size
+    )
     finished = time.perf_counter()
     del whisper
     gc.collect()

@@ -34,7 +34,7 @@ from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.fast_draft import CPU_DRAFT, draft_frames, tune_draft
 from specdec.engine.lean_decoder import LeanDecoder
-from specdec.options import DecodeOptions
+from specdec.options import TranscribeOptions
 from specdec.whisper.features import encode, features
 from specdec.whisper.models import DraftSettings
 from specdec.whisper.tokens import WINDOW_FRAMES
@@ -139,10 +139,11 @@ class CpuBench:
             return _faster_whisper_run(self.faster_whisper[config.compute_type], waveform)
         k = self.options.num_draft_tokens if config.num_draft_tokens is None else config.num_draft_tokens
         policy = {"adaptive": config.policy == "adaptive", "cost_aware": config.policy == "cost-aware"}
-        options = DecodeOptions(language=LANGUAGE, num_draft_tokens=k, **policy)
+        speculative = config.variant is not None
+        options = TranscribeOptions(language=LANGUAGE, num_draft_tokens=k, speculative=speculative, **policy)
         whisper = self.variants[config.variant or DEFAULT_VARIANT]
         start = time.perf_counter()
-        transcription = whisper.transcribe_waveform(waveform, options, speculative=config.variant is not None)
+        (transcription,) = whisper.transcribe_waveforms([waveform], options)
         seconds = time.perf_counter() - start
         return Run(seconds, list(transcription.token_ids), transcription.text, _stats(transcription.result))
 
@@ -183,11 +184,15 @@ def batch_runs(bench: CpuBench, waveforms: dict[str, np.ndarray], log) -> dict[s
         shift = round_index % len(policies)
         for policy in policies[shift:] + policies[:shift]:
             extra = BATCH_POLICIES[policy]
-            options = DecodeOptions(
-                language=LANGUAGE, num_draft_tokens=bench.options.num_draft_tokens, **(extra or {})
+            options = TranscribeOptions(
+                language=LANGUAGE,
+                num_draft_tokens=bench.options.num_draft_tokens,
+                speculative=extra is not None,
+                batch_size=len(batch),
+                **(extra or {}),
             )
             start = time.perf_counter()
-            transcriptions = whisper.transcribe_waveforms(batch, options, speculative=extra is not None)
+            transcriptions = whisper.transcribe_waveforms(batch, options)
             if round_index:
                 seconds[policy].append(time.perf_counter() - start)
             found[policy] = {

@@ -2,12 +2,12 @@
 
 Each call takes the file's path and returns its transcript: audio decoding, features, encoder(s) and the
 decode are all inside the timed call, the language detected by the target (nothing forced), every option
-at its default. Configurations: the target alone (`transcribe_one(path, speculative=False)`), speculative
+at its default. Configurations: the target alone (`transcribe(path, speculative=False)`), speculative
 with each draft of `drafts` (any name `SpeculativeWhisper` takes: "tiny.en", "self" for the self-draft
 that ships for the target, a folder), and faster-whisper float32 and int8 on the same whisper-base
 CTranslate2 weights (beam 1, the same thread count, no temperature fallback, no VAD; timestamps only on
 long clips, as ours). Clips: assets/*.wav and *.flac, the long-form assets/long/en-six-parts.flac (over
-30 s `transcribe_one` decodes sequentially, as generate() does) and any --extra files.
+30 s `transcribe` decodes sequentially, as generate() does) and any --extra files.
 
 Models are loaded once and warmed up with one untimed call each on a clip that is timed nowhere (the
 first seconds of two clips spliced into a temporary WAV). Then `repeats` rounds, the configurations in a
@@ -42,7 +42,6 @@ from benchmarks.plots import COLOURS
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.longform import is_long
-from specdec.options import DecodeOptions
 from specdec.whisper.models import PairError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -166,7 +165,7 @@ def call(config: Config, model, path: Path, long: bool) -> Call:
         text = "".join(segment.text for segment in segments).strip()  # decoding happens while iterating
         return Call(time.perf_counter() - start, info.language, text)
     start = time.perf_counter()
-    found = model.transcribe_one(str(path), DecodeOptions(), speculative=config.draft is not None)
+    (found,) = model.transcribe(str(path), return_stats=True, speculative=config.draft is not None)
     seconds = time.perf_counter() - start
     return Call(seconds, found.language, found.text, found.token_ids, found.result.stats())
 

@@ -29,7 +29,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from benchmarks.common import report_header, write_json
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.wer import word_errors
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -96,7 +96,8 @@ def measure_clip(whisper: SpeculativeWhisper, path: Path, options: RealBenchOpti
                 timings[decoder].end_to_end.append(seconds)
                 continue
             start = time.perf_counter()
-            transcription = whisper.transcribe_waveform(waveform, decode_options, decoder == "speculative")
+            run = TranscribeOptions.of(decode_options, speculative=decoder == "speculative")
+            (transcription,) = whisper.transcribe_waveforms([waveform], run)
             seconds = time.perf_counter() - start
             results[decoder] = transcription
             timings[decoder].end_to_end.append(seconds)

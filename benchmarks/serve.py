@@ -9,7 +9,7 @@ target passes the requests shared on average (the server's `batch_rows`), and th
 and pass. Every answer at once must be its answer one after another (the exit code says otherwise).
 
 Beside it, in this process, one request alone through the scheduler (`specdec.scheduler.Scheduler`) against
-the same clip decoded directly (`SpeculativeWhisper.transcribe_waveform`, as the server decoded one request
+the same clip decoded directly (`SpeculativeWhisper.transcribe_waveforms`, as the server decoded one request
 before the scheduler), interleaved rounds, medians: what batching costs one request alone.
 """
 
@@ -126,7 +126,7 @@ def alone_through_the_scheduler(paths: list[Path], rounds: int) -> dict:
     options = DecodeOptions()
     per_clip = {}
     for name, waveform in waveforms.items():
-        whisper.transcribe_waveform(waveform, options)  # warm
+        whisper.transcribe_waveforms([waveform], options)  # warm
         scheduler.submit(waveform, options).result()
         mine: dict[str, list[float]] = {"direct": [], "scheduler": []}
         for _ in range(rounds):
@@ -134,7 +134,7 @@ def alone_through_the_scheduler(paths: list[Path], rounds: int) -> dict:
                 time.sleep(0.3)
                 start = time.perf_counter()
                 if way == "direct":
-                    whisper.transcribe_waveform(waveform, options)
+                    whisper.transcribe_waveforms([waveform], options)
                 else:
                     scheduler.submit(waveform, options).result()
                 mine[way].append(time.perf_counter() - start)

@@ -35,7 +35,7 @@ from benchmarks.common import goal, print_goals, report_header, write_json
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine import kernels
-from specdec.options import DecodeOptions
+from specdec.options import TranscribeOptions
 from specdec.streaming.playback import stream_audio, summarise
 from specdec.streaming.session import StreamOptions, Update
 from specdec.wer import word_errors
@@ -246,8 +246,11 @@ def target_alone_mismatches(
         end = round(update.stream_seconds * SAMPLE_RATE)
         key = (start, end, update.prompt_ids, update.language)
         if key not in memo:
-            options = DecodeOptions(language=update.language, timestamps=True, prompt_ids=update.prompt_ids)
-            memo[key] = whisper.transcribe_waveform(waveform[start:end], options, speculative=False).token_ids
+            options = TranscribeOptions(
+                language=update.language, timestamps=True, prompt_ids=update.prompt_ids, speculative=False
+            )
+            (alone,) = whisper.transcribe_waveforms([waveform[start:end]], options)
+            memo[key] = alone.token_ids
         if update.hypothesis != memo[key]:
             mismatched.append(update.index)
     return mismatched

@@ -12,6 +12,7 @@ _PUBLIC = {
     "SpeculativeWhisper": "specdec.api",
     "Transcription": "specdec.api",
     "DecodeOptions": "specdec.options",
+    "TranscribeOptions": "specdec.options",
     "DecodeResult": "specdec.trace",
     "Step": "specdec.trace",
     "TokenRecord": "specdec.trace",

@@ -19,7 +19,7 @@ from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
 from specdec.longform.speech import decode_speech
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
 from specdec.whisper.models import DraftSettings, ModelPair, load_pair
@@ -136,43 +136,37 @@ class SpeculativeWhisper:
     def transcribe(
         self,
         audio: AudioSource | Sequence[AudioSource],
+        options: DecodeOptions | None = None,
+        *,
         sample_rate: int | None = None,
-        max_tokens: int | None = None,
-        batch_size: int = 1,
         return_stats: bool = False,
-        speculative: bool = True,
         errors: str = "raise",
-        long_form: str = "sequential",
-        progress: longform.Progress | None = None,
-        skip_silence: bool = False,
-        **options,
+        **fields,
     ) -> list[str | AudioError] | list[Transcription | AudioError]:
         """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples, up to 4 hours.
 
-        Returns the texts, or with return_stats=True the Transcriptions (text, stats, trace).
-        Extra keyword arguments are DecodeOptions fields (language, task, timestamps, temperature, ...).
-        batch_size clips are decoded together, each row accepting its own number of draft tokens
-        (`engine.loop`); every clip's output is the same as decoded alone. Unreadable clips never stop
-        the others: with errors="return" each one's AudioError stands in its place in the list; with
-        errors="raise" (default) a single clip raises its AudioError, and several raise a BatchAudioError
-        once all the others are transcribed, with every result in its `results`.
-
-        Audio over 30 s is decoded long-form (timestamps always on, as generate() requires), one file at a
-        time: long_form="sequential" (default) is Whisper's own algorithm, output identical to
-        generate() on the whole file (`longform.sequential`); "chunked" decodes overlapping 30 s chunks
-        as one batch (8 at a time, or batch_size if larger) and merges them as transformers' ASR pipeline
-        does (`longform.chunked`): faster, not generate()'s output. progress(fraction, message) follows
-        each long file. Clips up to 30 s are decoded as before in either mode. skip_silence=True (off by
-        default) decodes only the speech of audio over 30 s, long silences skipped (Silero VAD,
-        `longform.speech`): times stay the whole file's, and the output is no longer generate()'s on it.
+        options: a `TranscribeOptions` (how to decode and run; `DecodeOptions` alone: speculative, the
+        rest as default), with any of its fields given as keywords replacing its own (language="de",
+        timestamps=True, speculative=False, batch_size=8, long_form="chunked", ...).
+        Returns the texts, or with return_stats=True the Transcriptions (text, segments, stats, trace), in
+        input order. Clips are read batch_size at a time and decoded as `transcribe_waveforms` does.
+        Unreadable clips never stop the others: with errors="return" each one's AudioError stands in its
+        place in the list; with errors="raise" (default) a single clip raises its AudioError, and several
+        raise a BatchAudioError once all the others are transcribed, with every result in its `results`.
         """
-        decode_options = DecodeOptions(max_new_tokens=max_tokens, **options)
-        sources = _as_list(audio)
+        options = TranscribeOptions.of(options, **fields)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
-        results = self.transcribe_many(
-            sources, decode_options, sample_rate, speculative, batch_size, long_form, progress, skip_silence
-        )
+        sources = _as_list(audio)
+        results: list[Transcription | AudioError] = []
+        for start in range(0, len(sources), options.batch_size):
+            batch = sources[start : start + options.batch_size]
+            loaded = [_load(source, sample_rate) for source in batch]
+            readable = [i for i, waveform in enumerate(loaded) if not isinstance(waveform, AudioError)]
+            names = [_describe(batch[i]) for i in readable]
+            decoded = self.transcribe_waveforms([loaded[i] for i in readable], options, names)
+            transcriptions = dict(zip(readable, decoded, strict=True))
+            results += [transcriptions.get(i, waveform) for i, waveform in enumerate(loaded)]
         if not return_stats:
             results = [result if isinstance(result, AudioError) else result.text for result in results]
         failed = [result for result in results if isinstance(result, AudioError)]
@@ -180,117 +174,63 @@ class SpeculativeWhisper:
             raise failed[0] if len(results) == 1 else BatchAudioError(results)
         return results
 
-    def transcribe_many(
-        self,
-        sources: Sequence[AudioSource],
-        options: DecodeOptions | None = None,
-        sample_rate: int | None = None,
-        speculative: bool = True,
-        batch_size: int = 1,
-        long_form: str = "sequential",
-        progress: longform.Progress | None = None,
-        skip_silence: bool = False,
-    ) -> list[Transcription | AudioError]:
-        """Clips in batches of batch_size, in order (see `transcribe`); each batch is read, then decoded:
-        the clips up to 30 s together, each longer one on its own (long_form).
-
-        An unreadable clip's AudioError stands in its place; the others are transcribed.
-        """
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        longform.check_mode(long_form)
-        options = options or DecodeOptions()
-        results: list[Transcription | AudioError] = []
-        for start in range(0, len(sources), batch_size):
-            batch = list(sources[start : start + batch_size])
-            loaded = [_load(source, sample_rate) for source in batch]
-            short = [i for i, audio in enumerate(loaded) if _is_short(audio)]
-            names = [_describe(source) for source in batch]
-            together = self.transcribe_waveforms(
-                [loaded[i] for i in short], options, speculative, [names[i] for i in short]
-            )
-            decoded = dict(zip(short, together, strict=True))
-            for i, audio in enumerate(loaded):
-                if i not in decoded and not isinstance(audio, AudioError):
-                    decoded[i] = self.transcribe_long(
-                        audio, options, speculative, names[i], long_form, batch_size, progress, skip_silence
-                    )
-                results.append(decoded.get(i, audio))
-        return results
-
-    def transcribe_one(
-        self,
-        audio: AudioSource,
-        options: DecodeOptions | None = None,
-        sample_rate: int | None = None,
-        speculative: bool = True,
-    ) -> Transcription:
-        """One clip, speculative (or target-only with speculative=False); over 30 s in sequential mode."""
-        options = options or DecodeOptions()
-        waveform = load_audio(audio, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
-        if longform.is_long(waveform):
-            return self.transcribe_long(waveform, options, speculative, _describe(audio))
-        return self.transcribe_waveform(waveform, options, speculative, name=_describe(audio))
-
-    def transcribe_long(
-        self,
-        waveform: np.ndarray,
-        options: DecodeOptions,
-        speculative: bool = True,
-        name: str = "audio",
-        long_form: str = "sequential",
-        batch_size: int = 1,
-        progress: longform.Progress | None = None,
-        skip_silence: bool = False,
-    ) -> Transcription:
-        """A 16 kHz waveform of any length, long-form (see `transcribe`); progress(fraction, message);
-        skip_silence: only its speech (`longform.speech`)."""
-        longform.check_mode(long_form)
-        if skip_silence:
-            batch = batch_size if batch_size > 1 or long_form != "chunked" else CHUNK_BATCH_SIZE
-            result = decode_speech(self.pair, waveform, options, speculative, long_form, batch, progress)
-        elif long_form == "chunked":
-            chunk_batch = batch_size if batch_size > 1 else CHUNK_BATCH_SIZE
-            result = decode_chunked(self.pair, waveform, options, speculative, chunk_batch, progress)
-        else:
-            result = decode_sequential(self.pair, waveform, options, speculative, progress)
-        return self.transcription(name, result, len(waveform) / SAMPLE_RATE)
-
-    def transcribe_waveform(
-        self,
-        waveform: np.ndarray,
-        options: DecodeOptions,
-        speculative: bool = True,
-        name: str = "audio",
-        make_drafter: MakeDrafter | None = None,
-    ) -> Transcription:
-        """A 16 kHz mono float32 waveform up to 30 s -> Transcription (make_drafter: see `decode_clips`)."""
-        features = pair_features(self.pair, waveform, speculative)
-        (result,) = decode_clips(self.pair, [features], options, speculative, make_drafter)
-        return self.transcription(name, result, len(waveform) / SAMPLE_RATE)
-
     def transcribe_waveforms(
         self,
         waveforms: Sequence[np.ndarray],
-        options: DecodeOptions,
-        speculative: bool = True,
+        options: DecodeOptions | None = None,
         names: Sequence[str] | None = None,
+        make_drafter: MakeDrafter | None = None,
     ) -> list[Transcription]:
-        """16 kHz mono float32 waveforms up to 30 s, decoded together as one batch."""
+        """16 kHz mono float32 waveforms -> Transcriptions, in order (options: see `transcribe`).
+
+        Those up to 30 s are decoded batch_size at a time as one batch, each row accepting its own number
+        of draft tokens (`engine.loop`); every output is the same as decoded alone. Each longer one is
+        decoded long-form on its own (timestamps always on, as generate() requires): long_form
+        "sequential" is Whisper's own algorithm, generate()'s output on the whole file
+        (`longform.sequential`); "chunked" decodes overlapping 30 s chunks as one batch and merges them as
+        transformers' ASR pipeline does (`longform.chunked`); skip_silence decodes only its speech
+        (`longform.speech`). make_drafter: each batch's drafter (`engine.windows.MakeDrafter`; clips up to
+        30 s and sequential long-form).
+        """
+        options = TranscribeOptions.of(options)
         names = list(names) if names is not None else ["audio"] * len(waveforms)
-        features = [pair_features(self.pair, waveform, speculative) for waveform in waveforms]
-        results = decode_clips(self.pair, features, options, speculative) if waveforms else []
-        return [
-            self.transcription(name, result, len(waveform) / SAMPLE_RATE)
-            for name, result, waveform in zip(names, results, waveforms, strict=True)
-        ]
+        transcriptions: dict[int, Transcription] = {}
+        short = [i for i, waveform in enumerate(waveforms) if not longform.is_long(waveform)]
+        for start in range(0, len(short), options.batch_size):
+            together = short[start : start + options.batch_size]
+            features = [pair_features(self.pair, waveforms[i], options.speculative) for i in together]
+            results = decode_clips(self.pair, features, options, options.speculative, make_drafter)
+            for i, result in zip(together, results, strict=True):
+                transcriptions[i] = self.transcription(names[i], result, len(waveforms[i]) / SAMPLE_RATE)
+        for i, waveform in enumerate(waveforms):
+            if i not in transcriptions:
+                result = self._decode_long(waveform, options, make_drafter)
+                transcriptions[i] = self.transcription(names[i], result, len(waveform) / SAMPLE_RATE)
+        return [transcriptions[i] for i in range(len(waveforms))]
+
+    def _decode_long(
+        self, waveform: np.ndarray, options: TranscribeOptions, make_drafter: MakeDrafter | None
+    ) -> DecodeResult:
+        """A waveform over 30 s, long-form as options ask."""
+        pair, speculative, progress = self.pair, options.speculative, options.progress
+        if make_drafter is not None and (options.skip_silence or options.long_form != "sequential"):
+            raise ValueError(
+                "make_drafter works for sequential long-form only (no chunks, no skipped silence)"
+            )
+        chunk_batch = options.batch_size if options.batch_size > 1 else CHUNK_BATCH_SIZE
+        if options.skip_silence:
+            batch = options.batch_size if options.long_form != "chunked" else chunk_batch
+            return decode_speech(pair, waveform, options, speculative, options.long_form, batch, progress)
+        if options.long_form == "chunked":
+            return decode_chunked(pair, waveform, options, speculative, chunk_batch, progress)
+        return decode_sequential(pair, waveform, options, speculative, progress, make_drafter)
 
     def warm_up(self) -> None:
         """Run both paths once on a second of silence, so that no timed run pays first-call costs."""
         silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
         options = DecodeOptions(language="en", max_new_tokens=4)
         for speculative in (True, False):
-            self.transcribe_waveform(silence, options, speculative=speculative)
+            self.transcribe_waveforms([silence], TranscribeOptions.of(options, speculative=speculative))
 
     def decode_text(self, token_ids: Sequence[int]) -> str:
         """Target ids -> text without special or timestamp tokens."""
@@ -316,10 +256,6 @@ def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioErr
         return load_audio(source, sample_rate=sample_rate, max_seconds=MAX_LONG_SECONDS)
     except AudioError as error:
         return error
-
-
-def _is_short(audio: np.ndarray | AudioError) -> bool:
-    return not isinstance(audio, AudioError) and not longform.is_long(audio)
 
 
 def _as_list(audio: AudioSource | Sequence[AudioSource]) -> list[AudioSource]:

@@ -37,7 +37,7 @@ from specdec.options import (  # noqa: E402
     TASKS,
     WHISPER_LOGPROB_THRESHOLD,
     WHISPER_NO_SPEECH_THRESHOLD,
-    DecodeOptions,
+    TranscribeOptions,
 )
 from specdec.subtitles import FORMATS  # noqa: E402
 from specdec.trace import DecodeResult, Step  # noqa: E402
@@ -99,14 +99,21 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     transcribe.add_argument("--task", choices=TASKS, default="transcribe")
     transcribe.add_argument("--timestamps", action="store_true", help="predict timestamp tokens")
-    transcribe.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default)")
+    transcribe.add_argument(
+        "--temperature", type=float, default=TranscribeOptions.temperature, help="0: greedy (default)"
+    )
     transcribe.add_argument("--top-p", type=float, default=None)
     transcribe.add_argument("--seed", type=int, default=None)
-    transcribe.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
+    transcribe.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        default=TranscribeOptions.num_draft_tokens,
+        help="k per target pass (the start value when adaptive; default %(default)s)",
+    )
     transcribe.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
-        default=DecodeOptions.adaptive,
+        default=TranscribeOptions.adaptive,
         help="adapt k to the acceptance (default); --no-adaptive: k fixed",
     )
     transcribe.add_argument(
@@ -130,12 +137,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         f"--logprob-threshold {WHISPER_LOGPROB_THRESHOLD}",
     )
     transcribe.add_argument(
-        "--batch-size", type=int, default=1, help="files decoded together (same output as one at a time)"
+        "--batch-size",
+        type=int,
+        default=TranscribeOptions.batch_size,
+        help="files decoded together (same output as one at a time)",
     )
     transcribe.add_argument(
         "--long-form",
         choices=LONG_FORM_MODES,
-        default="sequential",
+        default=TranscribeOptions.long_form,
         help="audio over 30 s: sequential = generate()'s own output (default); chunked = overlapping 30 s "
         "chunks decoded as a batch and merged like transformers' ASR pipeline (faster)",
     )
@@ -302,7 +312,7 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
 def _transcribe(args: argparse.Namespace) -> int:
     from specdec.audio import AudioError
 
-    options = DecodeOptions(
+    options = TranscribeOptions(
         language=args.language,
         task=args.task,
         timestamps=args.timestamps,
@@ -314,6 +324,9 @@ def _transcribe(args: argparse.Namespace) -> int:
         cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
         **no_speech_rule(args),
+        batch_size=args.batch_size,
+        long_form=args.long_form,
+        skip_silence=args.skip_silence,
     )
     formats = output_formats(args)  # before the models load, so that a bad choice fails at once
     whisper = _load_pair(args)
@@ -322,16 +335,15 @@ def _transcribe(args: argparse.Namespace) -> int:
     exit_code = 0
     for start in range(0, len(args.audio), args.batch_size):
         paths = args.audio[start : start + args.batch_size]
-        long_form = {
-            "long_form": args.long_form,
-            "batch_size": args.batch_size,
-            "skip_silence": args.skip_silence,
-        }
-        batch = whisper.transcribe_many(paths, options, **long_form, progress=ProgressBar("speculative"))
+        batch = whisper.transcribe(
+            paths, options, return_stats=True, errors="return", progress=ProgressBar("speculative")
+        )
         baselines = [None] * len(paths)
         if args.compare:
             bar = ProgressBar("target alone")
-            baselines = whisper.transcribe_many(paths, options, speculative=False, **long_form, progress=bar)
+            baselines = whisper.transcribe(
+                paths, options, return_stats=True, errors="return", speculative=False, progress=bar
+            )
         for speculative, baseline in zip(batch, baselines, strict=True):
             if isinstance(speculative, AudioError):  # one line per unreadable file; the others go on
                 print(f"specdec: error: {_one_line(speculative)}", file=sys.stderr)

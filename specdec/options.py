@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 TASKS = ("transcribe", "translate")
+LONG_FORM_MODES = ("sequential", "chunked")
+# (fraction done in [0, 1], a short message); long-form decoding calls it as the work advances
+Progress = Callable[[float, str], None]
 # Whisper's own values of generate()'s no-speech rule (openai-whisper's transcribe() defaults)
 WHISPER_NO_SPEECH_THRESHOLD, WHISPER_LOGPROB_THRESHOLD = 0.6, -1.0
 # generate() judges a window by both numbers (with no_speech_threshold alone it fails: UnboundLocalError)
@@ -13,6 +18,11 @@ NO_SPEECH_NEEDS_LOGPROB = (
     "no_speech_threshold needs logprob_threshold too: a window is judged no speech by both "
     "(Whisper's values: no_speech_threshold=0.6, logprob_threshold=-1.0)"
 )
+
+
+def check_long_form(long_form: str) -> None:
+    if long_form not in LONG_FORM_MODES:
+        raise ValueError(f"long_form must be one of {LONG_FORM_MODES}, not {long_form!r}")
 
 
 @dataclass(frozen=True)
@@ -68,3 +78,33 @@ class DecodeOptions:
     @property
     def sampling(self) -> bool:
         return self.temperature > 0
+
+
+@dataclass(frozen=True)
+class TranscribeOptions(DecodeOptions):
+    """One request: how to decode it (every `DecodeOptions` field) and how to run it (below)."""
+
+    speculative: bool = True  # False: the target alone, the output speculation always equals
+    long_form: str = "sequential"  # audio over 30 s: Whisper's own algorithm, generate()'s output token for
+    # token; "chunked": overlapping 30 s chunks decoded as one batch and merged as transformers' ASR
+    # pipeline merges them (faster, not generate()'s output)
+    batch_size: int = 1  # clips up to 30 s decoded together (each as alone); chunked: chunks per batch
+    # (CHUNK_BATCH_SIZE when 1)
+    skip_silence: bool = False  # audio over 30 s: decode only its speech, long silences skipped (Silero
+    # VAD); times stay the whole file's, the output is no longer generate()'s on it
+    progress: Progress | None = field(default=None, compare=False)  # progress(fraction, message), long files
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_long_form(self.long_form)
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+    @classmethod
+    def of(cls, options: DecodeOptions | None = None, **fields) -> TranscribeOptions:
+        """options (DecodeOptions or TranscribeOptions; None: the defaults) with fields replaced."""
+        if options is None or type(options) is DecodeOptions:
+            decode_fields = dataclasses.fields(DecodeOptions)
+            own = {} if options is None else {f.name: getattr(options, f.name) for f in decode_fields}
+            return cls(**{**own, **fields})
+        return dataclasses.replace(options, **fields)

@@ -1,6 +1,6 @@
 """Many requests, one batch: continuous batching in front of the engine.
 
-Requests come from any thread (`submit`: a 16 kHz waveform, its options, whether to speculate) and join the
+Requests come from any thread (`submit`: a 16 kHz waveform and its `TranscribeOptions`) and join the
 running batch (`engine.windows.WindowBatch`) at its next step; a long file (sequential long-form) joins as one
 row and each next window rejoins as a new row; a request leaves the batch when its last window is done and
 its future is answered then. Every output is the one its request gets alone (greedy; a seeded sampled request
@@ -34,10 +34,9 @@ from specdec import longform
 from specdec.audio import SAMPLE_RATE
 from specdec.engine.cancel import Cancelled
 from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
-from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
-from specdec.longform.sequential import check_config, report_segment
-from specdec.options import DecodeOptions
-from specdec.whisper.features import pair_features
+from specdec.engine.windows import ClipDecoding, WindowBatch
+from specdec.longform.sequential import clip_decoding, report_segment
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.tokens import language_token_id
 
 MAX_ROWS = 16  # requests decoding at once; the others wait for a row
@@ -46,11 +45,9 @@ MAX_ROWS = 16  # requests decoding at once; the others wait for a row
 @dataclasses.dataclass(eq=False)
 class _Request:
     waveform: np.ndarray
-    options: DecodeOptions
-    speculative: bool
+    options: TranscribeOptions
     name: str
     stop: threading.Event
-    progress: longform.Progress | None
     future: Future
     clip: ClipDecoding | None = None  # once it joined
 
@@ -86,17 +83,16 @@ class Scheduler:
         self,
         waveform: np.ndarray,
         options: DecodeOptions | None = None,
-        speculative: bool = True,
         name: str = "audio",
         stop: threading.Event | None = None,
-        progress: longform.Progress | None = None,
     ) -> Future:
         """A future of the waveform's `Transcription` (16 kHz mono float32, any length up to the audio
-        limit: over 30 s sequential long-form, timestamps on); `Cancelled` once stop is set."""
+        limit: over 30 s sequential long-form, timestamps on; options: `TranscribeOptions`, or
+        `DecodeOptions` for a speculative request); `Cancelled` once stop is set."""
         future: Future = Future()
         future.set_running_or_notify_cancel()
-        options = options or DecodeOptions()
-        request = _Request(waveform, options, speculative, name, stop or threading.Event(), progress, future)
+        options = TranscribeOptions.of(options)
+        request = _Request(waveform, options, name, stop or threading.Event(), future)
         with self._guard:
             self._arrivals.append(request)
             start = not self._scheduled
@@ -158,13 +154,9 @@ class Scheduler:
         config = pair.target.model.generation_config
         if options.language is not None and getattr(config, "is_multilingual", False):
             language_token_id(config, options.language)
-        long = longform.is_long(request.waveform)
-        if long:
-            check_config(pair)
-            options = dataclasses.replace(options, timestamps=True)  # as generate() requires for long input
-        features = pair_features(pair, request.waveform, request.speculative, long=long)
-        generator = make_generator(options, pair.target.model.device)
-        return ClipDecoding(features, generator, options, request.speculative)
+        if longform.is_long(request.waveform) and (options.long_form != "sequential" or options.skip_silence):
+            raise ValueError("requests decode long audio sequentially here (no chunks, no skipped silence)")
+        return clip_decoding(pair, request.waveform, options, options.speculative)
 
     def _leave_stopped(self) -> None:
         for request in [r for r in self._joined if r.stop.is_set()]:
@@ -181,8 +173,8 @@ class Scheduler:
 
     def _on_window(self, clip: ClipDecoding) -> None:
         request = next((r for r in self._joined if r.clip is clip), None)
-        if request is not None and request.progress is not None and not clip.done:
-            report_segment(request.progress, clip, len(request.waveform) / SAMPLE_RATE)
+        if request is not None and request.options.progress is not None and not clip.done:
+            report_segment(request.options.progress, clip, len(request.waveform) / SAMPLE_RATE)
 
     def _fail_all(self, error: BaseException) -> None:
         """A step failed: every request in the batch gets the error, and the batch starts afresh."""

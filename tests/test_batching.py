@@ -24,7 +24,7 @@ from specdec.api import BatchAudioError, SpeculativeWhisper
 from specdec.audio import AudioError, load_audio
 from specdec.engine import windows
 from specdec.engine.cache import CachedDecoder
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import ACCEPTED
 from specdec.whisper.features import encode, features
 from specdec.whisper.tokens import language_token_id
@@ -46,13 +46,17 @@ BATCH = batch_clips()
 def decode_alone(
     whisper: SpeculativeWhisper, options: DecodeOptions, speculative: bool = True, clips: dict = BATCH
 ) -> list:
-    return [whisper.transcribe_waveform(waveform, options, speculative) for waveform in clips.values()]
+    return [
+        whisper.transcribe_waveforms([waveform], TranscribeOptions.of(options, speculative=speculative))[0]
+        for waveform in clips.values()
+    ]
 
 
 def decode_together(
     whisper: SpeculativeWhisper, options: DecodeOptions, speculative: bool = True, clips: dict = BATCH
 ) -> list:
-    return whisper.transcribe_waveforms(list(clips.values()), options, speculative, names=list(clips))
+    run = TranscribeOptions.of(options, speculative=speculative, batch_size=len(clips))
+    return whisper.transcribe_waveforms(list(clips.values()), run, list(clips))
 
 
 def assert_same_outputs(batched: list, alone: list) -> None:
@@ -79,7 +83,7 @@ def test_a_batch_of_speech_and_noise_in_five_languages_equals_each_clip_alone(se
     options = DecodeOptions(max_new_tokens=MAX_NEW_TOKENS)
     batched = decode_together(whisper, options)
     for language, together, waveform in zip(languages, batched, BATCH.values(), strict=True):
-        alone = whisper.transcribe_waveform(waveform, dataclasses.replace(options, language=language))
+        alone = whisper.transcribe_waveforms([waveform], dataclasses.replace(options, language=language))[0]
         assert together.language == language and together.token_ids == alone.token_ids
     drafted = sum(t.result.num_drafted for t in batched)
     assert 0 < sum(t.result.num_accepted for t in batched) < drafted, "accept and reject paths"
@@ -134,12 +138,12 @@ def test_unreadable_file_in_a_batch(separate_pair, tmp_path):
     bad = tmp_path / "not-audio.wav"
     bad.write_text("this is not audio")
     files = [ASSETS / "en-weather.wav", bad, ASSETS / "de-bahnhof.wav"]
-    texts = separate_pair.transcribe(files, batch_size=3, language="en", max_tokens=20, errors="return")
+    texts = separate_pair.transcribe(files, batch_size=3, language="en", max_new_tokens=20, errors="return")
     assert isinstance(texts[1], AudioError) and "not-audio.wav" in str(texts[1])
-    alone = [separate_pair.transcribe(path, language="en", max_tokens=20)[0] for path in files[::2]]
+    alone = [separate_pair.transcribe(path, language="en", max_new_tokens=20)[0] for path in files[::2]]
     assert [texts[0], texts[2]] == alone
     with pytest.raises(BatchAudioError, match="1 of 3 clips unreadable") as raised:  # by default
-        separate_pair.transcribe(files, batch_size=2, language="en", max_tokens=20)
+        separate_pair.transcribe(files, batch_size=2, language="en", max_new_tokens=20)
     assert raised.value.results[::2] == alone and isinstance(raised.value.results[1], AudioError)
     with pytest.raises(AudioError, match="not-audio.wav"):
         separate_pair.transcribe(bad)
@@ -198,5 +202,5 @@ def test_cli_batch_with_a_bad_file(demo_models, separate_pair, tmp_path, capsys)
     records = [json.loads(line) for line in output.out.splitlines()]
     assert [record["audio"] for record in records] == files[::2]
     for record, path in zip(records, files[::2], strict=True):
-        alone = separate_pair.transcribe(path, language="en", max_tokens=30, return_stats=True)[0]
+        alone = separate_pair.transcribe(path, language="en", max_new_tokens=30, return_stats=True)[0]
         assert record["identical"] and record["speculative"]["token_ids"] == list(alone.token_ids)

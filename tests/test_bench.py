@@ -19,7 +19,7 @@ from benchmarks.tokens_report import run_and_report
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
 from specdec.engine.draft_length import AdaptiveDraftLength, StepFacts
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 
 MAX_NEW_TOKENS = 24
 ALPHAS = (0.0, 0.7, 1.0)
@@ -63,13 +63,14 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
     options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS, num_draft_tokens=3)
     outcomes_by_alpha: dict[float, list[bool]] = {alpha: [] for alpha in ALPHAS}
     for seed, waveform in enumerate(_clips()):
-        baseline = whisper.transcribe_waveform(waveform, options, speculative=False).result
+        (alone,) = whisper.transcribe_waveforms([waveform], TranscribeOptions.of(options, speculative=False))
+        baseline = alone.result
         expected = _generate_ids(whisper, waveform, options)
         assert list(baseline.token_ids) == expected
         for alpha in ALPHAS:
             plan = plan_from(baseline, alpha, seed=seed)
             make_drafter = controlled(whisper.pair, [plan])  # an ordinary drafter in front of the draft model
-            result = whisper.transcribe_waveform(waveform, options, make_drafter=make_drafter).result
+            result = whisper.transcribe_waveforms([waveform], options, make_drafter=make_drafter)[0].result
             assert list(result.token_ids) == expected, f"alpha {alpha}: output differs from generate()"
             examined = judged(result)
             # the target judged exactly the plan: accepted where it agrees, rejected where it does not

@@ -65,7 +65,7 @@ def reference_ids(whisper, paths: list[Path], languages: list[str | None] | None
     found = {}
     for path, language in zip(paths, languages, strict=True):
         (result,) = whisper.transcribe(
-            str(path), return_stats=True, language=language, max_tokens=DEMO_DECODE.max_new_tokens
+            str(path), return_stats=True, language=language, max_new_tokens=DEMO_DECODE.max_new_tokens
         )
         found[os.path.abspath(path)] = list(result.token_ids)
     return found

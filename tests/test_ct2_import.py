@@ -22,7 +22,7 @@ from transformers import WhisperForConditionalGeneration, WhisperProcessor
 from specdec import cli
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.bundled import BUNDLES, BundleError, bundled_folder, installed_files
 from specdec.whisper.ct2 import CheckpointError, import_ct2
 from specdec.whisper.models import ModelPair, locate_model
@@ -65,7 +65,8 @@ def test_converted_models_decode_as_ctranslate2_does(real_pair, ct2_folders, nam
     for clip, language in clips.items():
         waveform = load_audio(ASSETS / f"{clip}.wav")
         options = DecodeOptions(language=language)
-        ours = whisper.transcribe_waveform(waveform, options, speculative=False).result
+        (alone,) = whisper.transcribe_waveforms([waveform], TranscribeOptions.of(options, speculative=False))
+        ours = alone.result
         features = whisper.pair.target.processor.feature_extractor(
             waveform, sampling_rate=SAMPLE_RATE, return_tensors="np"
         ).input_features

@@ -39,7 +39,7 @@ from specdec.engine.fast_draft import (
 )
 from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.windows import decode_clips
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.features import encode, features, pair_features
 from specdec.whisper.models import DraftSettings
 
@@ -50,7 +50,9 @@ SMALL_VOCABULARY = 2048  # small enough that the draft meets words it cannot pro
 @pytest.fixture(scope="module")
 def weather_alone(real_pair):
     waveform = load_audio(ASSETS / "en-weather.wav")
-    alone = real_pair.transcribe_waveform(waveform, DecodeOptions(language="en"), speculative=False)
+    alone = real_pair.transcribe_waveforms(
+        [waveform], TranscribeOptions.of(DecodeOptions(language="en"), speculative=False)
+    )[0]
     return waveform, alone.token_ids
 
 
@@ -67,7 +69,7 @@ def weather_alone(real_pair):
 def test_a_tuned_draft_keeps_the_target_output(real_pair, weather_alone, settings):
     waveform, expected = weather_alone
     tuned = type(real_pair).from_pair(tune_draft(real_pair.pair, settings))
-    result = tuned.transcribe_waveform(waveform, DecodeOptions(language="en")).result
+    result = tuned.transcribe_waveforms([waveform], DecodeOptions(language="en"))[0].result
     assert result.token_ids == expected
     assert 0 < result.num_accepted < result.num_drafted  # the draft's proposals were judged, some rejected
 

@@ -202,7 +202,7 @@ def test_a_playlist_is_not_followed(clips, tmp_path):
 
 
 def test_the_api_transcribes_an_m4a(separate_pair, clips):
-    (transcription,) = separate_pair.transcribe(str(clips["m4a"]), max_tokens=4, return_stats=True)
+    (transcription,) = separate_pair.transcribe(str(clips["m4a"]), max_new_tokens=4, return_stats=True)
     assert transcription.audio == str(clips["m4a"]) and transcription.result.token_ids
 
 

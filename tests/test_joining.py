@@ -19,7 +19,7 @@ import pytest
 from test_batching import BATCH
 
 from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.features import pair_features
 
 GREEDY = DecodeOptions(max_new_tokens=24)
@@ -40,7 +40,9 @@ def clip_decoding(whisper, name: str, options: DecodeOptions, speculative: bool)
 
 
 def alone(whisper, name: str, options: DecodeOptions, speculative: bool) -> tuple[int, ...]:
-    return whisper.transcribe_waveform(BATCH[name], options, speculative).token_ids
+    return whisper.transcribe_waveforms(
+        [BATCH[name]], TranscribeOptions.of(options, speculative=speculative)
+    )[0].token_ids
 
 
 def run_arrivals(whisper, arrivals, drop: str | None = None, drop_at: int = 0) -> dict[str, ClipDecoding]:

@@ -15,7 +15,7 @@ import soxr
 from specdec.app import live
 from specdec.app import store as stores
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import TranscribeOptions
 from specdec.streaming.session import StreamSession
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -73,8 +73,11 @@ def test_every_update_is_the_target_alone_and_no_audio_is_lost(store):
         buffer = stream[
             round(update.buffer_start_seconds * SAMPLE_RATE) : round(update.stream_seconds * SAMPLE_RATE)
         ]
-        options = DecodeOptions(language="en", timestamps=True, prompt_ids=update.prompt_ids)
-        assert update.hypothesis == whisper.transcribe_waveform(buffer, options, speculative=False).token_ids
+        options = TranscribeOptions(
+            language="en", timestamps=True, prompt_ids=update.prompt_ids, speculative=False
+        )
+        (alone,) = whisper.transcribe_waveforms([buffer], options)
+        assert update.hypothesis == alone.token_ids
 
 
 def test_resampling_has_no_seams_at_chunk_boundaries(store):

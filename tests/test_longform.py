@@ -297,7 +297,7 @@ def test_batched_chunks_equal_each_chunk_alone_and_merge_like_the_pipeline(separ
 def test_chunked_transcript_trace_and_file_relative_times(separate_pair):
     reports = []
     (transcription,) = separate_pair.transcribe(
-        LONG, sample_rate=SAMPLE_RATE, long_form="chunked", language="de", timestamps=True, max_tokens=60,
+        LONG, sample_rate=SAMPLE_RATE, long_form="chunked", language="de", timestamps=True, max_new_tokens=60,
         return_stats=True, progress=lambda done, message: reports.append(done),
     )  # fmt: skip
     result = transcription.result

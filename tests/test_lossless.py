@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from specdec.api import SpeculativeWhisper
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET
 from specdec.whisper.models import DraftKind, LoadedModel
 
@@ -100,7 +100,7 @@ def no_speech_rule(options: DecodeOptions) -> dict:
 def test_each_kind_accepts_and_rejects(pair_of_each_kind):
     kind, whisper = pair_of_each_kind
     options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS)
-    results = [whisper.transcribe_waveform(w, options).result for w in CLIPS.values()]
+    results = [whisper.transcribe_waveforms([w], options)[0].result for w in CLIPS.values()]
     accepted = sum(r.num_accepted for r in results)
     drafted = sum(r.num_drafted for r in results)
     assert 0 < accepted < drafted, f"{kind}: acceptance {accepted}/{drafted} must be strictly between 0 and 1"
@@ -118,13 +118,15 @@ def test_float64_batch_equals_generate(float64_pair):
     """In float64 a near-tie has even less room to flip on the rounding differences between a batch's
     matrix products and generate()'s; the clips decoded together, each must be generate()'s."""
     options = DecodeOptions(language="fr", timestamps=True, max_new_tokens=MAX_NEW_TOKENS)
-    together = float64_pair.transcribe_waveforms(list(CLIPS.values()), options)
+    together = float64_pair.transcribe_waveforms(
+        list(CLIPS.values()), TranscribeOptions.of(options, batch_size=len(CLIPS))
+    )
     for waveform, transcription in zip(CLIPS.values(), together, strict=True):
         assert list(transcription.token_ids) == reference_ids(float64_pair, waveform, options)
 
 
 def test_trace_is_complete_and_consistent(separate_pair):
-    result = separate_pair.transcribe_waveform(CLIPS["chirp-4s"], DecodeOptions(language="en")).result
+    result = separate_pair.transcribe_waveforms([CLIPS["chirp-4s"]], DecodeOptions(language="en"))[0].result
     kept = [token.token_id for token in result.tokens if token.kept]
     assert tuple(kept) == result.token_ids
     assert sum(token.label == ACCEPTED for token in result.tokens) == result.num_accepted
@@ -152,25 +154,26 @@ def test_trace_is_complete_and_consistent(separate_pair):
 
 def test_sampling_is_seeded_and_valid(separate_pair):
     options = DecodeOptions(language="en", temperature=0.8, top_p=0.95, seed=3, max_new_tokens=MAX_NEW_TOKENS)
-    first = separate_pair.transcribe_waveform(CLIPS["noise-2s"], options)
-    again = separate_pair.transcribe_waveform(CLIPS["noise-2s"], options)
+    first = separate_pair.transcribe_waveforms([CLIPS["noise-2s"]], options)[0]
+    again = separate_pair.transcribe_waveforms([CLIPS["noise-2s"]], options)[0]
     assert first.token_ids == again.token_ids
-    other = separate_pair.transcribe_waveform(CLIPS["noise-2s"], dataclasses.replace(options, seed=4))
+    other = separate_pair.transcribe_waveforms([CLIPS["noise-2s"]], dataclasses.replace(options, seed=4))[0]
     assert other.token_ids != first.token_ids
     assert all(token.target_prob > 0 for token in first.result.tokens)
 
 
 def test_target_only_pair_has_no_draft_steps(separate_pair):
-    result = separate_pair.transcribe_waveform(
-        CLIPS["noise-2s"], DecodeOptions(language="en", max_new_tokens=10), speculative=False
-    ).result
+    result = separate_pair.transcribe_waveforms(
+        [CLIPS["noise-2s"]],
+        TranscribeOptions.of(DecodeOptions(language="en", max_new_tokens=10), speculative=False),
+    )[0].result
     assert result.num_drafted == 0 and result.acceptance_rate is None
     assert {token.label for token in result.tokens} == {TARGET}
     assert result.num_target_passes == result.num_generated
 
 
 def test_detected_language_is_reported(separate_pair):
-    result = separate_pair.transcribe_waveform(CLIPS["chirp-4s"], DecodeOptions()).result
+    result = separate_pair.transcribe_waveforms([CLIPS["chirp-4s"]], DecodeOptions())[0].result
     config = separate_pair.pair.target.model.generation_config
     assert config.lang_to_id[f"<|{result.language}|>"] == result.prompt_ids[1]
 
@@ -222,10 +225,12 @@ def test_every_option_at_every_batch_size_equals_generate(pair_of_each_kind, nam
     if batch_size == 1:  # one clip, a different one for each option set: the matrix covers every clip
         clip = list(CLIPS)[list(OPTION_SETS).index(name) % len(CLIPS)]
         clips = {clip: CLIPS[clip]}
-        results = [whisper.transcribe_waveform(CLIPS[clip], options)]
+        results = [whisper.transcribe_waveforms([CLIPS[clip]], options)[0]]
     else:
         clips = CLIPS
-        results = whisper.transcribe_waveforms(list(CLIPS.values()), options)
+        results = whisper.transcribe_waveforms(
+            list(CLIPS.values()), TranscribeOptions.of(options, batch_size=len(CLIPS))
+        )
     for clip, waveform, transcription in zip(clips, clips.values(), results, strict=True):
         expected = reference_ids(whisper, waveform, options)
         assert list(transcription.token_ids) == expected, f"{kind} {name} batch {batch_size} {clip}"
@@ -243,9 +248,13 @@ def test_target_alone_at_every_batch_size_equals_generate(separate_pair, batch_s
     options = DecodeOptions(timestamps=True, max_new_tokens=MAX_NEW_TOKENS)
     waveforms = list(CLIPS.values())
     if batch_size == 1:
-        results = [separate_pair.transcribe_waveform(w, options, speculative=False) for w in waveforms]
+        results = [
+            separate_pair.transcribe_waveforms([w], TranscribeOptions.of(options, speculative=False))[0]
+            for w in waveforms
+        ]
     else:
-        results = separate_pair.transcribe_waveforms(waveforms, options, speculative=False)
+        run = TranscribeOptions.of(options, speculative=False, batch_size=len(waveforms))
+        results = separate_pair.transcribe_waveforms(waveforms, run)
     for waveform, transcription in zip(waveforms, results, strict=True):
         assert list(transcription.token_ids) == reference_ids(separate_pair, waveform, options)
         assert {token.label for token in transcription.result.tokens} == {TARGET}
@@ -258,8 +267,10 @@ def test_previous_text_with_forced_german_and_timestamps_equals_generate(separat
         language="de", timestamps=True, prompt_ids=prompt_ids, max_new_tokens=MAX_NEW_TOKENS
     )
     # the first window closes a segment past the clip's end: a second window, the previous text again
-    alone = separate_pair.transcribe_waveform(CLIPS["bursts-9s"], options, speculative=False)
+    alone = separate_pair.transcribe_waveforms(
+        [CLIPS["bursts-9s"]], TranscribeOptions.of(options, speculative=False)
+    )[0]
     assert list(alone.token_ids) == reference_ids(separate_pair, CLIPS["bursts-9s"], options)
     assert len(alone.result.windows) == 2
-    speculative = separate_pair.transcribe_waveform(CLIPS["bursts-9s"], options)
+    speculative = separate_pair.transcribe_waveforms([CLIPS["bursts-9s"]], options)[0]
     assert speculative.token_ids == alone.token_ids and 0 < speculative.result.acceptance_rate < 1

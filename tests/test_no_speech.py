@@ -30,7 +30,7 @@ from transformers.generation.logits_process import (
 from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.logits import NoSpeechRule
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -96,7 +96,7 @@ def measured(whisper, waveform: np.ndarray, options: DecodeOptions) -> tuple[flo
     """A window's (no-speech probability, average log-probability), nothing skipped (no probability
     exceeds 1)."""
     options = dataclasses.replace(options, no_speech_threshold=1.0, logprob_threshold=0.0)
-    (window,) = whisper.transcribe_waveform(waveform, options).result.windows
+    (window,) = whisper.transcribe_waveforms([waveform], options)[0].result.windows
     return window.no_speech_prob, window.avg_logprob
 
 
@@ -121,10 +121,12 @@ def test_planted_threshold_skips_one_clip_and_keeps_the_other_as_generate(separa
         skipped = [average == low for _, average in numbers]
     assert sorted(skipped) == [False, True]
 
-    together = separate_pair.transcribe_waveforms(clips, options)
+    together = separate_pair.transcribe_waveforms(clips, TranscribeOptions.of(options, batch_size=len(clips)))
     for clip, transcription, skip in zip(clips, together, skipped, strict=True):
         generated = reference_ids(separate_pair, clip, options)
-        alone = separate_pair.transcribe_waveform(clip, options, speculative=False)
+        (alone,) = separate_pair.transcribe_waveforms(
+            [clip], TranscribeOptions.of(options, speculative=False)
+        )
         assert list(transcription.token_ids) == generated == list(alone.token_ids)
         (window,) = transcription.result.windows
         assert window.no_speech is skip and transcription.result.no_speech is skip
@@ -166,7 +168,7 @@ def test_the_numbers_are_the_targets_as_generate_computes_them(separate_pair, mo
     else:
         options = dataclasses.replace(options, prompt_ids=previous)
     waveform = CLIPS["noise-2s"]
-    result = separate_pair.transcribe_waveform(waveform, options).result
+    result = separate_pair.transcribe_waveforms([waveform], options)[0].result
     ours = [(window.no_speech_prob, window.avg_logprob) for window in result.windows]
     theirs = spied_generate(monkeypatch, separate_pair, waveform, options)
     assert len(ours) == len(theirs) >= (2 if case == "timestamps-seek" else 1)
@@ -182,7 +184,7 @@ def test_sampled_average_is_generates_formula(separate_pair):
     options = DecodeOptions(
         language="en", temperature=0.7, top_p=0.9, seed=3, max_new_tokens=MAX_NEW_TOKENS, **WHISPER
     )
-    result = separate_pair.transcribe_waveform(CLIPS["chirp-4s"], options).result
+    result = separate_pair.transcribe_waveforms([CLIPS["chirp-4s"]], options)[0].result
     (window,) = result.windows
     prompt, generated = list(result.prompt_ids), [token.token_id for token in result.tokens]
     target = separate_pair.pair.target
@@ -220,14 +222,14 @@ def test_sampled_average_is_generates_formula(separate_pair):
 )
 def test_real_no_speech_gives_no_text_as_generate(real_pair, name, waveform, timestamps):
     options = DecodeOptions(language="en", timestamps=timestamps, **WHISPER)
-    speculative = real_pair.transcribe_waveform(waveform, options)
-    alone = real_pair.transcribe_waveform(waveform, options, speculative=False)
+    speculative = real_pair.transcribe_waveforms([waveform], options)[0]
+    alone = real_pair.transcribe_waveforms([waveform], TranscribeOptions.of(options, speculative=False))[0]
     assert list(speculative.token_ids) == reference_ids(real_pair, waveform, options) == list(alone.token_ids)
     assert speculative.token_ids == () and speculative.text == "" and speculative.result.no_speech, name
     (window,) = speculative.result.windows
     assert window.no_speech_prob > 0.6 and window.avg_logprob < -1.0
     off = dataclasses.replace(options, no_speech_threshold=None, logprob_threshold=None)
-    assert real_pair.transcribe_waveform(waveform, off).text  # without the rule: words out of nothing
+    assert real_pair.transcribe_waveforms([waveform], off)[0].text  # without the rule: words out of nothing
 
 
 def test_real_digital_silence_keeps_whispers_you(real_pair):
@@ -235,7 +237,7 @@ def test_real_digital_silence_keeps_whispers_you(real_pair):
     Whisper's rule keeps it, in generate() as here."""
     waveform = np.zeros(5 * SAMPLE_RATE, dtype=np.float32)
     options = DecodeOptions(language="en", **WHISPER)
-    speculative = real_pair.transcribe_waveform(waveform, options)
+    speculative = real_pair.transcribe_waveforms([waveform], options)[0]
     assert list(speculative.token_ids) == reference_ids(real_pair, waveform, options)
     (window,) = speculative.result.windows
     assert speculative.text == "you" and window.no_speech_prob > 0.9 and window.avg_logprob > -1.0
@@ -244,7 +246,7 @@ def test_real_digital_silence_keeps_whispers_you(real_pair):
 def test_real_speech_is_unchanged(real_pair):
     waveform = load_audio(ASSETS / "en-jfk.flac")
     options = DecodeOptions(language="en", **WHISPER)
-    speculative = real_pair.transcribe_waveform(waveform, options)
+    speculative = real_pair.transcribe_waveforms([waveform], options)[0]
     assert list(speculative.token_ids) == reference_ids(real_pair, waveform, options)
     assert speculative.text == JFK and not speculative.result.no_speech
     (window,) = speculative.result.windows

@@ -23,7 +23,7 @@ from specdec.engine.acceptance import residual_probs
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.drafters import DraftModel
 from specdec.engine.state import Row
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.streaming.session import StreamOptions, StreamSession
 from specdec.wer import word_errors
 from specdec.whisper.features import encode, features
@@ -52,7 +52,7 @@ DECODED: dict[str, object] = {}  # case -> speculative Transcription, for the ac
 def decoded(real_pair, case: str):
     if case not in DECODED:
         name, options = CASES[case]
-        DECODED[case] = real_pair.transcribe_waveform(clip(name), options)
+        DECODED[case] = real_pair.transcribe_waveforms([clip(name)], options)[0]
     return DECODED[case]
 
 
@@ -68,7 +68,7 @@ def test_speculative_equals_generate(real_pair, case):
 def test_target_alone_equals_generate(real_pair, case):
     """Our own loop without a draft (the baseline every speed-up is measured against) is generate()."""
     name, options = CASES[case]
-    alone = real_pair.transcribe_waveform(clip(name), options, speculative=False)
+    alone = real_pair.transcribe_waveforms([clip(name)], TranscribeOptions.of(options, speculative=False))[0]
     assert list(alone.token_ids) == reference_ids(real_pair, clip(name), options), case
 
 
@@ -87,7 +87,7 @@ def test_the_english_draft_pauses_on_german(real_pair):
     waveform = clip("de-bahnhof")
     options = DecodeOptions(language="de", adaptive=True)
     assert not real_pair.pair.draft_fits("de", "transcribe") and real_pair.pair.draft_fits("en", "transcribe")
-    result = real_pair.transcribe_waveform(waveform, options).result
+    result = real_pair.transcribe_waveforms([waveform], options)[0].result
     assert list(result.token_ids) == reference_ids(real_pair, waveform, options)
     drafting = sum(bool(step.drafted) for step in result.steps)
     print(f"German: {drafting} of {len(result.steps)} target passes drafted, {result.num_accepted} accepted")
@@ -109,11 +109,12 @@ def test_batch_equals_each_clip_alone(real_pair):
     """Each row detects its own language; the clips alone are the cases above (generate()'s own output)."""
     options = CASES["en-detected-timestamps"][1]
     names = ("en-weather", "de-bahnhof", "en-fellow-americans")
-    together = real_pair.transcribe_waveforms([clip(name) for name in names], options)
+    run = TranscribeOptions.of(options, batch_size=len(names))
+    together = real_pair.transcribe_waveforms([clip(name) for name in names], run)
     alone = [
         decoded(real_pair, "en-detected-timestamps"),
         decoded(real_pair, "de-detected-timestamps"),
-        real_pair.transcribe_waveform(clip(names[2]), options),
+        real_pair.transcribe_waveforms([clip(names[2])], options)[0],
     ]
     assert [row.token_ids for row in together] == [single.token_ids for single in alone]
     assert [row.language for row in together] == ["en", "de", "en"]
@@ -124,7 +125,7 @@ def test_long_form_equals_generate(real_pair):
     waveform = np.concatenate([clip(name) for name in (*ENGLISH, *ENGLISH, *ENGLISH)])
     assert len(waveform) > 30 * SAMPLE_RATE
     options = DecodeOptions(language="en")
-    result = real_pair.transcribe_long(waveform, options).result
+    result = real_pair.transcribe_waveforms([waveform], options)[0].result
     assert list(result.token_ids) == generate_long(real_pair, waveform, options)
     assert len(result.windows) >= 2 and 0 < result.num_accepted < result.num_drafted
 

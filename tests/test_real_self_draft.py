@@ -37,7 +37,10 @@ def self_pair(real_models) -> SpeculativeWhisper:
 
 @pytest.fixture(scope="module")
 def decoded(self_pair) -> dict:
-    return {case: self_pair.transcribe_one(ASSETS / name, options) for case, (name, options) in CASES.items()}
+    return {
+        case: self_pair.transcribe(ASSETS / name, options, return_stats=True)[0]
+        for case, (name, options) in CASES.items()
+    }
 
 
 def test_the_shipped_draft_is_base_2l_and_shares_bases_encoder(self_pair):

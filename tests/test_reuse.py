@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specdec.audio import load_audio
 from specdec.engine.drafters import PreviousHypothesis, Proposal, continuation
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -35,7 +35,8 @@ def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
     that stretch, gets paused, and the hypothesis must still propose as soon as it realigns."""
     model = separate_pair.pair.target.model
     waveform = load_audio(ASSETS / "fr-marche.wav")
-    alone = list(separate_pair.transcribe_waveform(waveform, OPTIONS, speculative=False).token_ids)
+    target_alone = TranscribeOptions.of(OPTIONS, speculative=False)
+    alone = list(separate_pair.transcribe_waveforms([waveform], target_alone)[0].token_ids)
     assert len(alone) >= 45
     config = model.generation_config
     garbled = [config.suppress_tokens[0]] * 10  # never the target's choice
@@ -47,9 +48,9 @@ def test_hypothesis_drafts_while_the_draft_model_is_paused(separate_pair):
         drafters.append(PreviousHypothesis([hypothesis] * len(rows), fallback, model.config.vocab_size))
         return drafters[-1]
 
-    result = separate_pair.transcribe_waveform(
-        waveform, OPTIONS, False, make_drafter=previous_hypothesis
-    ).result
+    result = separate_pair.transcribe_waveforms([waveform], target_alone, make_drafter=previous_hypothesis)[
+        0
+    ].result
     assert list(result.token_ids) == alone  # exact, whatever the draft
     drafter = drafters[0]
     assert drafter.fallback.calls >= 6  # the draft model filled the garbled stretch, enough to be paused

@@ -22,7 +22,7 @@ from test_batching import BATCH
 from specdec.api import SpeculativeWhisper
 from specdec.audio import MAX_LONG_SECONDS, load_audio
 from specdec.engine.cancel import Cancelled
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.scheduler import Scheduler
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -43,10 +43,9 @@ def waveform(name: str) -> np.ndarray:
 
 
 def alone(whisper, name: str, options: DecodeOptions, speculative: bool) -> tuple[int, ...]:
-    audio = waveform(name)
-    if name == "long":
-        return whisper.transcribe_long(audio, options, speculative).token_ids
-    return whisper.transcribe_waveform(audio, options, speculative).token_ids
+    run = TranscribeOptions.of(options, speculative=speculative)
+    (transcription,) = whisper.transcribe_waveforms([waveform(name)], run)
+    return transcription.token_ids
 
 
 def test_concurrent_requests_share_passes_and_decode_as_alone(shared_pair):
@@ -54,7 +53,11 @@ def test_concurrent_requests_share_passes_and_decode_as_alone(shared_pair):
     scheduler = Scheduler(shared_pair)
     with ThreadPoolExecutor(len(REQUESTS)) as clients:
         futures = [
-            clients.submit(lambda r=request: scheduler.submit(waveform(r[0]), r[1], r[2], r[0]).result(120))
+            clients.submit(
+                lambda r=request: scheduler.submit(
+                    waveform(r[0]), TranscribeOptions.of(r[1], speculative=r[2]), r[0]
+                ).result(120)
+            )
             for request in REQUESTS
         ]
         results = [future.result() for future in futures]
@@ -71,9 +74,9 @@ def test_concurrent_requests_share_passes_and_decode_as_alone(shared_pair):
 def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):
     scheduler = Scheduler(shared_pair, max_rows=2)
     stop = threading.Event()
-    cancelled = scheduler.submit(LONG, GREEDY, True, "long", stop=stop)
+    cancelled = scheduler.submit(LONG, GREEDY, "long", stop=stop)
     bad = scheduler.submit(BATCH["en-weather"], dataclasses.replace(GREEDY, language="klingon"))
-    good = [scheduler.submit(BATCH[name], GREEDY, True, name) for name in ("en-weather", "de-bahnhof")]
+    good = [scheduler.submit(BATCH[name], GREEDY, name) for name in ("en-weather", "de-bahnhof")]
     time.sleep(0.5)
     stop.set()
     with pytest.raises(Cancelled):
@@ -94,9 +97,9 @@ def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_mode
     audio = {name: load_audio(ASSETS / name, max_seconds=MAX_LONG_SECONDS) for name in names}
     options = DecodeOptions()
     stop = threading.Event()
-    cancelled = scheduler.submit(audio["long/en-six-parts.flac"], options, True, "cancelled", stop=stop)
+    cancelled = scheduler.submit(audio["long/en-six-parts.flac"], options, "cancelled", stop=stop)
     with ThreadPoolExecutor(len(names)) as clients:
-        futures = {name: clients.submit(scheduler.submit, audio[name], options, True, name) for name in names}
+        futures = {name: clients.submit(scheduler.submit, audio[name], options, name) for name in names}
         time.sleep(1.0)
         stop.set()
         answers = {name: future.result().result(300) for name, future in futures.items()}
@@ -104,10 +107,7 @@ def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_mode
         cancelled.result(300)
     for name, answer in answers.items():
         waveform = audio[name]
-        alone = (
-            whisper.transcribe_long(waveform, options) if len(waveform) > 30 * 16000
-            else whisper.transcribe_waveform(waveform, options)
-        )  # fmt: skip
+        (alone,) = whisper.transcribe_waveforms([waveform], options)
         assert answer.token_ids == alone.token_ids, f"{name}: differs from alone"
     assert max(answer.result.mean_batch_rows for answer in answers.values()) > 1.5, "they shared passes"
     assert {answer.language for answer in answers.values()} >= {"en", "de"}

@@ -79,8 +79,8 @@ def test_self_draft_decodes_losslessly_with_accepted_and_rejected_proposals(demo
     drafted = accepted = 0
     for name in ("en-jfk.flac", "de-bahnhof.wav", "es-biblioteca.wav"):
         for options in (DecodeOptions(), DecodeOptions(timestamps=True)):
-            speculative = whisper.transcribe_one(ASSETS / name, options)
-            alone = whisper.transcribe_one(ASSETS / name, options, speculative=False)
+            speculative = whisper.transcribe(ASSETS / name, options, return_stats=True)[0]
+            alone = whisper.transcribe(ASSETS / name, options, return_stats=True, speculative=False)[0]
             assert speculative.token_ids == alone.token_ids, name
             result = speculative.result
             drafted, accepted = drafted + result.num_drafted, accepted + result.num_accepted

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.streaming.session import StreamOptions, StreamSession, quietest_pause
 from specdec.trace import TARGET, DecodeResult, TokenRecord
 from specdec.whisper.tokens import timestamp_begin
@@ -46,7 +46,7 @@ def assert_each_is_the_target_alone(whisper, waveform: np.ndarray, decoded: list
         start = round(update.buffer_start_seconds * SAMPLE_RATE)
         buffer = waveform[start : round(update.stream_seconds * SAMPLE_RATE)]
         options = DecodeOptions(language=update.language, timestamps=True, prompt_ids=update.prompt_ids)
-        alone = whisper.transcribe_waveform(buffer, options, speculative=False)
+        alone = whisper.transcribe_waveforms([buffer], TranscribeOptions.of(options, speculative=False))[0]
         assert update.hypothesis == alone.token_ids, f"update {update.index}"
 
 

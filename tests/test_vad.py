@@ -14,7 +14,7 @@ import torch
 from specdec import vad
 from specdec.app import compare, live, plots, views
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import DecodeOptions
+from specdec.options import TranscribeOptions
 from specdec.streaming.session import StreamOptions, StreamSession
 from specdec.trace import DecodeResult
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
@@ -135,8 +135,9 @@ def test_a_stream_of_noise_commits_nothing_and_runs_no_pass(separate_pair, monke
 def test_long_silences_are_skipped_and_times_stay_the_files(separate_pair, gapped):
     """Two speech pieces, the noise between skipped (chunked mode: a chunk per piece, decoded as a batch);
     both runs on the same pieces, so the badge still checks identity; the windows where the pieces lie."""
-    options = DecodeOptions(language="en", max_new_tokens=8)  # random weights: any text will do
-    comparison = compare.compare(separate_pair, gapped, options, long_form="chunked", skip_silence=True)
+    # random weights: any text will do
+    options = TranscribeOptions(language="en", max_new_tokens=8, long_form="chunked", skip_silence=True)
+    comparison = compare.compare(separate_pair, gapped, options)
     assert comparison.identical and comparison.speech_only and "same speech" in views.verdict(comparison)[0]
     windows = comparison.speculative.result.windows
     (start, stop), (second_start, second_stop) = [
@@ -149,8 +150,8 @@ def test_long_silences_are_skipped_and_times_stay_the_files(separate_pair, gappe
 def test_off_by_default_the_whole_file_is_decoded_without_the_vad(separate_pair, gapped, monkeypatch):
     """The default long-form path, as before (its output is generate()'s: tests/test_longform.py)."""
     monkeypatch.setattr(vad, "speech_regions", lambda *args, **kwargs: pytest.fail("the VAD ran"))
-    options = {"speculative": False, "language": "en", "max_tokens": 8}
-    whole = separate_pair.transcribe(gapped, SAMPLE_RATE, return_stats=True, **options)
+    options = {"speculative": False, "language": "en", "max_new_tokens": 8}
+    whole = separate_pair.transcribe(gapped, sample_rate=SAMPLE_RATE, return_stats=True, **options)
     windows = whole[0].result.windows
     assert windows[0].start_seconds == 0.0 and sum(window.seconds for window in windows) > 30.0
 
@@ -168,9 +169,9 @@ def timestamps(result: DecodeResult, begin: int) -> list[float]:
 def test_real_speech_around_a_skipped_gap_keeps_its_words_and_times(real_pair, gapped):
     """whisper-base <- tiny.en, sequential: both utterances transcribed, their timestamps in the file's
     seconds (each piece's windows where the piece lies), none in the skipped noise."""
-    transcription = real_pair.transcribe(
-        gapped, SAMPLE_RATE, language="en", skip_silence=True, return_stats=True
-    )[0]
+    (transcription,) = real_pair.transcribe(
+        gapped, sample_rate=SAMPLE_RATE, language="en", skip_silence=True, return_stats=True
+    )
     text = transcription.text.lower()
     assert "weather" in text and "fellow americans" in text
     begin = timestamp_begin(real_pair.pair.target.model.generation_config)

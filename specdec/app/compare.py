@@ -22,7 +22,12 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_langua
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
-from specdec.options import WHISPER_LOGPROB_THRESHOLD, WHISPER_NO_SPEECH_THRESHOLD, DecodeOptions
+from specdec.options import (
+    WHISPER_LOGPROB_THRESHOLD,
+    WHISPER_NO_SPEECH_THRESHOLD,
+    DecodeOptions,
+    TranscribeOptions,
+)
 from specdec.vad import rms_dbfs
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
@@ -40,29 +45,25 @@ def compare(
     options: DecodeOptions,
     baseline_first: bool = True,
     name: str = "audio",
-    long_form: str = "sequential",
-    progress: Progress | None = None,
-    skip_silence: bool = False,
 ) -> Comparison:
     """Decode a 16 kHz waveform both ways, one run after the other, in the order asked for.
 
-    Audio over 30 s is decoded long-form (`long_form`: "sequential" or "chunked"); progress(fraction,
-    message) then follows both runs, the first filling [0, 0.5] and the second [0.5, 1]. skip_silence:
-    both runs decode only its speech (`longform.speech`), so they are compared on the same pieces.
+    options: `TranscribeOptions` (its `speculative` is set for each run). Audio over 30 s is decoded
+    long-form (`long_form`: "sequential" or "chunked"); its progress(fraction, message) then follows both
+    runs, the first filling [0, 0.5] and the second [0.5, 1]. skip_silence: both runs decode only its speech
+    (`longform.speech`), so they are compared on the same pieces.
     """
+    options = TranscribeOptions.of(options)
+    long = longform.is_long(waveform)
     runs = {}
     order = (False, True) if baseline_first else (True, False)
     for position, speculative in enumerate(order):
         run_name = "speculative" if speculative else "target alone"
-        if not longform.is_long(waveform):
-            runs[speculative] = whisper.transcribe_waveform(waveform, options, speculative, name=name)
-            continue
-        report = _part_of(progress, position / 2, 1 / 2, run_name)
-        runs[speculative] = whisper.transcribe_long(
-            waveform, options, speculative, name, long_form, progress=report, skip_silence=skip_silence
-        )
-    speech_only = skip_silence and longform.is_long(waveform)
-    return Comparison(runs[False], runs[True], options, baseline_first, speech_only)
+        progress = _part_of(options.progress, position / 2, 1 / 2, run_name) if long else None
+        run = TranscribeOptions.of(options, speculative=speculative, progress=progress)
+        (runs[speculative],) = whisper.transcribe_waveforms([waveform], run, [name])
+    shown = TranscribeOptions.of(options, progress=None)  # a view holds data only (ZeroGPU pickles it)
+    return Comparison(runs[False], runs[True], shown, baseline_first, options.skip_silence and long)
 
 
 def _part_of(progress: Progress | None, start: float, share: float, label: str) -> Progress | None:
@@ -85,7 +86,7 @@ class CompareRequest:
     task: str = "transcribe"
     timestamps: bool = False
     draft_length: str = "adaptive"  # "adaptive" or "fixed"
-    num_draft_tokens: int = 5
+    num_draft_tokens: int = DecodeOptions.num_draft_tokens
     temperature: float = 0.0
     seed: int | None = 0
     reference: str = ""
@@ -107,12 +108,12 @@ class CompareRequest:
             "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
         }
 
-    def options(self) -> DecodeOptions:
+    def options(self) -> TranscribeOptions:
         """The decoding options, every value checked (API clients can send anything)."""
         if not isinstance(self.timestamps, bool):
             raise UserError(f"timestamps must be true or false, not {str(self.timestamps)[:20]!r}.")
         try:
-            return DecodeOptions(
+            return TranscribeOptions(
                 language=chosen_language(self.language),
                 task=self.task,
                 timestamps=self.timestamps,
@@ -125,6 +126,8 @@ class CompareRequest:
                 and self.long_form == "chunked"
                 and float(self.temperature) == 0,
                 **self.no_speech_options(),
+                long_form=self.long_form,
+                skip_silence=self.skip_silence,
             )
         except ValueError as error:
             raise UserError(str(error)) from error
@@ -183,10 +186,10 @@ def compare_clip(
     report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
     whisper, options, waveform = prepare(store, request, report)
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
+    options = TranscribeOptions.of(options, progress=_engine_progress(report))
     comparison = compare(
-        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name,
-        request.long_form, _engine_progress(report), request.skip_silence,
-    )  # fmt: skip
+        whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name
+    )
     report(DRAWING, desc="Drawing")
     return views.build_view(whisper, comparison, request.reference, len(waveform) / SAMPLE_RATE)
 
@@ -217,8 +220,8 @@ def prepare(
     """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
     if not request.audio:
         raise UserError("Record or upload a clip first (or click one of the examples).")
+    request.check_long_form()  # before the options, which would refuse it in their own words
     options = request.options()
-    request.check_long_form()
     request.check_reference()
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.pair)
@@ -266,8 +269,8 @@ def submit_clip(
     whisper, options, waveform = prepare(store, request, report)
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
     engine_progress = _engine_progress(report, "speculative: ") if longform.is_long(waveform) else None
-    name = Path(request.audio).name
-    decoding = schedule(whisper).submit(waveform, options, True, name, stop, engine_progress)
+    options = TranscribeOptions.of(options, progress=engine_progress)
+    decoding = schedule(whisper).submit(waveform, options, Path(request.audio).name, stop)
     return scheduler.chained(decoding, lambda transcription: transcript_view(whisper, options, transcription))
 
 
@@ -295,9 +298,7 @@ def transcribe_speculative(
 ) -> Transcription:
     """The Transcribe button's decoding of a prepared clip: speculative only, long-form over 30 s."""
     report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
-    name = Path(request.audio).name
-    if longform.is_long(waveform):
-        progress = _engine_progress(report, "speculative: ")
-        mode = {"long_form": request.long_form, "skip_silence": request.skip_silence}
-        return whisper.transcribe_long(waveform, options, True, name, progress=progress, **mode)
-    return whisper.transcribe_waveform(waveform, options, name=name)
+    progress = _engine_progress(report, "speculative: ") if longform.is_long(waveform) else None
+    options = TranscribeOptions.of(options, speculative=True, progress=progress)
+    (transcription,) = whisper.transcribe_waveforms([waveform], options, [Path(request.audio).name])
+    return transcription

@@ -138,7 +138,7 @@ def transcribe(store: ModelStore, asked: Asked) -> Answer:
     if not asked.check:
         return Answer(compare.transcribe_speculative(whisper, waveform, options, request), seconds)
     name, first = Path(request.audio).name, store.next_baseline_first()
-    both = compare.compare(whisper, waveform, options, first, name, request.long_form)
+    both = compare.compare(whisper, waveform, options, first, name)
     return Answer(both.speculative, seconds, both.baseline)
 
 
@@ -153,7 +153,7 @@ def submit(schedule, stop, store: ModelStore, asked: Asked) -> Future:
     handed to the pair's batch; the future of its Answer."""
     whisper, options, waveform = _prepared(store, asked)
     name, seconds = Path(asked.request.audio).name, len(waveform) / SAMPLE_RATE
-    decoding = schedule(whisper).submit(waveform, options, True, name, stop)
+    decoding = schedule(whisper).submit(waveform, options, name, stop)
     return scheduler.chained(decoding, lambda transcription: Answer(transcription, seconds))
 
 

@@ -35,7 +35,9 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
     corpus.add_argument("--language", default=None, help="e.g. en, de (a manifest's language column wins)")
     corpus.add_argument("--task", choices=TASKS, default="transcribe")
     corpus.add_argument("--timestamps", action="store_true", help="predict timestamps: rows get segments")
-    corpus.add_argument("--num-draft-tokens", type=int, default=5, help="k per target pass")
+    corpus.add_argument(
+        "--num-draft-tokens", type=int, default=DecodeOptions.num_draft_tokens, help="k per target pass"
+    )
     corpus.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,

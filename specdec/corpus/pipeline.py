@@ -27,6 +27,7 @@ from specdec.corpus.inputs import CorpusItem
 from specdec.corpus.reading import READ_TASK_CPUS, read_audio
 from specdec.corpus.rows import DoneIndex, RunSettings, error_row, transcription_row
 from specdec.longform import is_long
+from specdec.options import TranscribeOptions
 
 MIN_WORKER_CPUS = 0.1
 MAX_READ_BLOCKS = 4096  # read tasks: one per file, up to this many
@@ -109,7 +110,9 @@ class Transcriber:
         rows: dict[int, dict] = {}
         try:
             together = self.whisper.transcribe_waveforms(
-                [waveforms[i] for i in short], options, names=[paths[i] for i in short]
+                [waveforms[i] for i in short],
+                TranscribeOptions.of(options, batch_size=max(len(short), 1)),
+                [paths[i] for i in short],
             )
             rows.update(
                 {i: self._row(t, waveforms[i], keys[i]) for i, t in zip(short, together, strict=True)}
@@ -122,17 +125,9 @@ class Transcriber:
         return [rows[i] for i in range(len(waveforms))]
 
     def _decode_one(self, waveform: np.ndarray, path: str, key: str, options) -> dict:
+        run = TranscribeOptions.of(options, long_form=self.settings.long_form, batch_size=self.batch_size)
         try:
-            if is_long(waveform):
-                transcription = self.whisper.transcribe_long(
-                    waveform,
-                    options,
-                    name=path,
-                    long_form=self.settings.long_form,
-                    batch_size=self.batch_size,
-                )
-            else:
-                transcription = self.whisper.transcribe_waveform(waveform, options, name=path)
+            (transcription,) = self.whisper.transcribe_waveforms([waveform], run, [path])
         except Exception as error:  # noqa: BLE001 - one file's failure is its error row
             message = f"{path}: decoding failed: {type(error).__name__}: {error}"
             return error_row(path, message, key, len(waveform) / SAMPLE_RATE)

@@ -19,8 +19,7 @@ from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
 from specdec.corpus.rows import DoneRows, RunSettings
 from specdec.corpus.store import CorpusStore
 from specdec.corpus.summary import Summary, summarise
-from specdec.longform import check_mode
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, check_long_form
 from specdec.whisper.models import AUTO, default_pair, unavailable
 
 
@@ -42,7 +41,7 @@ class CorpusOptions:
     retry_errors: bool = False  # decode files again whose row in the output folder is an error
 
     def __post_init__(self) -> None:
-        check_mode(self.long_form)
+        check_long_form(self.long_form)
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if self.workers is not None and self.workers < 1:

@@ -210,6 +210,13 @@ class WindowBatch:
             if self._clips.get(id(row)) is clip:
                 row.finished = True
 
+    def run(self, clips: Sequence[ClipDecoding]) -> list[DecodeResult]:
+        """clips joined and decoded to the end, with the rest of the batch: their results, in order."""
+        self.join(clips)
+        while self.busy:
+            self.step()
+        return [clip.result(self.pair.target.model.generation_config) for clip in clips]
+
     def step(self) -> list[ClipDecoding]:
         """Waiting windows join, then one target pass over every row; the clips it finished."""
         self._admit()
@@ -359,11 +366,7 @@ def decode_clips(
     decodings = [
         ClipDecoding(features, make_generator(options, device), options, speculative) for features in clips
     ]
-    batch = WindowBatch(pair, clock, encoder, make_drafter, on_window)
-    batch.join(decodings)
-    while batch.busy:
-        batch.step()
-    return [clip.result(pair.target.model.generation_config) for clip in decodings]
+    return WindowBatch(pair, clock, encoder, make_drafter, on_window).run(decodings)
 
 
 def _drafting(clips: list[ClipDecoding], rows: list[Row]) -> list[ClipDecoding]:

@@ -4,20 +4,12 @@ ASR pipeline merges them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from specdec.audio import MAX_SECONDS, SAMPLE_RATE
+from specdec.options import LONG_FORM_MODES, Progress
 
-# (fraction done in [0, 1], a short message); long-form entry points call it as the work advances
-Progress = Callable[[float, str], None]
-LONG_FORM_MODES = ("sequential", "chunked")
-
-
-def check_mode(long_form: str) -> None:
-    if long_form not in LONG_FORM_MODES:
-        raise ValueError(f"long_form must be one of {LONG_FORM_MODES}, not {long_form!r}")
+__all__ = ["LONG_FORM_MODES", "Progress", "is_long"]
 
 
 def is_long(waveform: np.ndarray) -> bool:

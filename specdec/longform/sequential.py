@@ -22,8 +22,8 @@ import dataclasses
 import numpy as np
 
 from specdec.audio import SAMPLE_RATE
-from specdec.engine.windows import ClipDecoding, decode_clips
-from specdec.longform import Progress
+from specdec.engine.windows import ClipDecoding, MakeDrafter, WindowBatch, make_generator
+from specdec.longform import Progress, is_long
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
@@ -36,23 +36,36 @@ def decode_sequential(
     options: DecodeOptions,
     speculative: bool = True,
     progress: Progress | None = None,
+    make_drafter: MakeDrafter | None = None,
 ) -> DecodeResult:
     """A long 16 kHz waveform decoded as generate() decodes it, segment by segment (timestamps forced on,
     as generate() requires for long input); speculative inside each segment.
 
     The result's windows are its segments' seek table; tokens and steps name their window.
     """
-    check_config(pair)
-    features = pair_features(pair, waveform, speculative, long=True)
     seconds = len(waveform) / SAMPLE_RATE
 
     def on_window(clip: ClipDecoding) -> None:
         if progress is not None:
             report_segment(progress, clip, seconds)
 
-    options = dataclasses.replace(options, timestamps=True)
-    (result,) = decode_clips(pair, [features], options, speculative, on_window=on_window)
+    clip = clip_decoding(pair, waveform, options, speculative)
+    (result,) = WindowBatch(pair, make_drafter=make_drafter, on_window=on_window).run([clip])
     return result
+
+
+def clip_decoding(
+    pair: ModelPair, waveform: np.ndarray, options: DecodeOptions, speculative: bool = True
+) -> ClipDecoding:
+    """A 16 kHz waveform of any length as one clip of the window loop, ready to join a batch: over 30 s it
+    is decoded as generate() decodes long input (timestamps on, the whole file's features window by
+    window)."""
+    long = is_long(waveform)
+    if long:
+        check_config(pair)
+        options = dataclasses.replace(options, timestamps=True)
+    features = pair_features(pair, waveform, speculative, long=long)
+    return ClipDecoding(features, make_generator(options, pair.target.model.device), options, speculative)
 
 
 def report_segment(progress: Progress, clip: ClipDecoding, seconds: float) -> None:

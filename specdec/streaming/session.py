@@ -34,7 +34,7 @@ from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE
 from specdec.engine.drafters import Drafter, PreviousHypothesis, common_length
 from specdec.engine.state import Row
-from specdec.options import DecodeOptions
+from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import ACCEPTED, DecodeResult
 from specdec.vad import Activity, SpeechDetector, rms_dbfs
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
@@ -58,7 +58,7 @@ class StreamOptions:
     reuse_hypothesis: bool = True  # the previous hypothesis drafts first
     use_draft: bool = True  # the draft model drafts where the hypothesis cannot
     language: str | None = None  # None: detected by the target on the first decoded buffer
-    num_draft_tokens: int = 6  # k of the draft model (adaptive)
+    num_draft_tokens: int = DecodeOptions.num_draft_tokens  # k of the draft model (adaptive)
     max_reuse_tokens: int = 32  # longest proposal from the previous hypothesis (free: no model runs)
     max_prompt_tokens: int = 120  # committed text tokens passed as the prompt of the next window
     max_load: float | None = 0.5  # decoding aims to take at most this share of real time (None: every chunk)
@@ -200,20 +200,17 @@ class StreamSession:
     def _decode(self, waveform: np.ndarray | None = None) -> DecodeResult:
         """The buffer (or the start of it) decoded speculatively (each step names where its proposal came
         from)."""
-        options = DecodeOptions(  # the prompt: the latest committed text before the buffer
+        options = TranscribeOptions(  # the prompt: the latest committed text before the buffer
             language=self.language,
             timestamps=True,
             num_draft_tokens=self.options.num_draft_tokens,
             adaptive=True,
             prompt_ids=self._prompt_ids(),
+            speculative=self.options.use_draft or self.options.reuse_hypothesis,
         )
         make_drafter = self._previous_hypothesis if self.options.reuse_hypothesis else None
-        transcription = self.whisper.transcribe_waveform(
-            self.buffer if waveform is None else waveform,
-            options,
-            speculative=self.options.use_draft or self.options.reuse_hypothesis,
-            make_drafter=make_drafter,
-        )
+        buffer = self.buffer if waveform is None else waveform
+        (transcription,) = self.whisper.transcribe_waveforms([buffer], options, make_drafter=make_drafter)
         result = transcription.result
         self.language = self.language or result.language
         return result
