@@ -80,9 +80,17 @@ def same_extractor(first: LoadedModel, second: LoadedModel) -> bool:
 
 @torch.inference_mode()
 def encode(model: WhisperForConditionalGeneration, features: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Encoder output (batch, 1500, d_model) for log-mel features (batch, mel_bins, 3000), and seconds."""
+    """Encoder output (batch, 1500, d_model) for log-mel features (batch, mel_bins, 3000), and seconds.
+
+    On a CPU the windows are encoded one at a time: there a batch of them is slower than the same windows
+    one by one (its activations outgrow the caches), and each window's states are then bit for bit those
+    it gets alone."""
     start = time.perf_counter()
-    hidden = model.model.encoder(features.to(model.device, model.dtype)).last_hidden_state
+    features = features.to(model.device, model.dtype)
+    if model.device.type == "cpu" and len(features) > 1:
+        hidden = torch.cat([model.model.encoder(window[None]).last_hidden_state for window in features])
+    else:
+        hidden = model.model.encoder(features).last_hidden_state
     if hidden.device.type == "cuda":
         torch.cuda.synchronize(hidden.device)
     return hidden, time.perf_counter() - start
