@@ -46,7 +46,7 @@ class ServeBenchOptions:
 
 def clip_paths(options: ServeBenchOptions) -> list[Path]:
     names = [name.strip() for name in options.clips.split(",") if name.strip()]
-    return [next(ASSETS.glob(f"{name}.*")) for name in names]
+    return [next(p for p in ASSETS.glob(f"{name}.*") if p.suffix != ".txt") for name in names]  # not its text
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -79,7 +79,8 @@ def request(url: str, path: Path) -> dict:
             data={"model": "whisper-1", "response_format": "verbose_json"}, timeout=600,
         )  # fmt: skip
     seconds = time.perf_counter() - start
-    answer.raise_for_status()
+    if answer.status_code != 200:
+        raise SystemExit(f"serve: {path.name} got {answer.status_code}: {answer.text[:500]}")
     return {"seconds": seconds, **answer.json()}
 
 
