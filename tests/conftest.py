@@ -14,6 +14,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 os.environ["GRADIO_TEMP_DIR"] = os.path.join(tempfile.gettempdir(), f"specdec-tests-gradio-{WORKER}")
 
+import contextlib  # noqa: E402
+import socket  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -141,3 +144,31 @@ def app_url(demo_models) -> str:
     demo.launch(server_port=port, prevent_thread_lock=True, max_file_size=app.MAX_FILE_SIZE, css=app.CSS)
     yield f"http://127.0.0.1:{port}/"
     demo.close()
+
+
+@contextlib.contextmanager
+def _served(store, queue_size: int | None = None, **launch) -> Iterator[str]:
+    """app.py's page and API for `store` on a free port, as `python app.py` serves them (launch:
+    `app.launch`'s keywords); the app's served store and jobs (conftest's app_url page) come back after."""
+    import app
+
+    served = dict(app.STORES), dict(app.JOBS)
+    banner = app.banner_html(store, demo_mode=True, load_error=None)
+    sizes = {} if queue_size is None else {"queue_size": queue_size}
+    demo = app.build_demo(store, banner, **sizes)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app.launch(demo, port=port, block=False, **launch)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        demo.close()
+        app.STORES.update(served[0])
+        app.JOBS.update(served[1])
+
+
+@pytest.fixture(scope="session")
+def serve_app():
+    """A context manager: `with serve_app(store, queue_size, api_key=...) as url:` app.py on a free port."""
+    return _served

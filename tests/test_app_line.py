@@ -11,7 +11,6 @@ tests/test_openai_api.py).
 from __future__ import annotations
 
 import concurrent.futures
-import socket
 import threading
 import time
 from pathlib import Path
@@ -32,19 +31,11 @@ QUEUE_SIZE = 8  # a door holds 6 of them at most
 
 
 @pytest.fixture(scope="module")
-def server(demo_models) -> str:
+def server(demo_models, serve_app) -> str:
     store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
     store.whisper(SHARED_DRAFT)
-    served = dict(app.STORES), dict(app.JOBS)  # the session's shared page (conftest's app_url) comes back
-    demo = app.build_demo(store, app.banner_html(store, True, None), queue_size=QUEUE_SIZE)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app.launch(demo, port=port, api_key=KEY, protect_page=True, block=False)
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-    app.STORES.update(served[0])
-    app.JOBS.update(served[1])
+    with serve_app(store, QUEUE_SIZE, api_key=KEY, protect_page=True) as url:
+        yield url + "/"
 
 
 class Planted:

@@ -35,21 +35,12 @@ MAX_WAITING = 2  # jobs in the line for the models before the API answers 429 (e
 
 
 @pytest.fixture(scope="module")
-def server(demo_models) -> str:
+def server(demo_models, serve_app) -> str:
     """app.py's page and API on the demo models, on a free port; the app's served store is restored after."""
     store = stores.ModelStore(stores.demo_pairs(demo_models["target"].parent), device="cpu")
     store.whisper(SHARED_DRAFT)
-    served = dict(app.STORES), dict(app.JOBS)  # the session's shared page (conftest's app_url) comes back
-    banner = app.banner_html(store, demo_mode=True, load_error=None)
-    demo = app.build_demo(store, banner, queue_size=MAX_WAITING)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app.launch(demo, port=port, api_key=KEY, block=False)
-    yield f"http://127.0.0.1:{port}"
-    demo.close()
-    app.STORES.update(served[0])
-    app.JOBS.update(served[1])
+    with serve_app(store, MAX_WAITING, api_key=KEY) as url:
+        yield url
 
 
 def api(server: str, key: str = KEY) -> openai.OpenAI:
@@ -101,6 +92,28 @@ def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
     assert statistics["identical_to_target"] is True  # checked: the target alone ran too
     assert 0 < statistics["acceptance_rate"] < 1 and statistics["tokens_per_target_pass"] > 1
     assert statistics["target_passes_saved"] > 0 and statistics["decode_seconds"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks translations.create
+def test_translations_are_the_targets_translate_task(server):
+    """POST /v1/audio/translations through the official client: the target's translate task, token for token
+    the target alone's (compare=true) and the Python API's with task="translate"."""
+    whisper = app.STORES["served"].whisper(SHARED_DRAFT)
+    translated, transcribed = (
+        whisper.transcribe(str(CLIP), language="en", task=task, speculative=False)[0]
+        for task in ("translate", "transcribe")
+    )
+    assert translated != transcribed  # the task token changes this pair's output: the route must set it
+    with CLIP.open("rb") as audio:
+        answer = api(server).audio.translations.create(model=MODEL, file=audio, extra_body={"language": "en"})
+    assert answer.text == translated
+    with CLIP.open("rb") as audio:
+        verbose = api(server).audio.translations.create(
+            model=MODEL, file=audio, response_format="verbose_json", extra_body={"compare": "true"}
+        )
+    assert verbose.language == "english"  # OpenAI's: a translation's language is its output's
+    assert verbose.model_extra["task"] == "translate" and verbose.segments
+    assert verbose.model_extra["speculative"]["identical_to_target"] is True
 
 
 MB = 1024 * 1024

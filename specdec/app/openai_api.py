@@ -1,6 +1,7 @@
-"""An OpenAI-compatible transcription endpoint beside the page: `POST /v1/audio/transcriptions` and
-`GET /v1/models`, served by the page's own server (app.py hands these routes to Gradio's FastAPI app);
-`app.openai_schema` reads the form and writes the answer.
+"""An OpenAI-compatible transcription endpoint beside the page: `POST /v1/audio/transcriptions`,
+`POST /v1/audio/translations` (Whisper's translate task, into English) and `GET /v1/models`, served by the
+page's own server (app.py hands these routes to Gradio's FastAPI app); `app.openai_schema` reads the form
+and writes the answer.
 
 A request is the page's Transcribe job: the same pairs, the same upload and duration limits, and the one
 line for the models (`app.jobs`), where it takes turns with the page's jobs; a full line answers 429 with
@@ -63,10 +64,18 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
 
     @router.post("/audio/transcriptions")
     async def transcriptions(request: Request) -> Response:
+        return await _answer(request, "transcribe")
+
+    @router.post("/audio/translations")
+    async def translations(request: Request) -> Response:
+        """Whisper's translate task: the speech in English, the same fields, formats, limits and errors."""
+        return await _answer(request, "translate")
+
+    async def _answer(request: Request, task: str) -> Response:
         with tempfile.TemporaryDirectory(prefix="specdec-api-") as folder:
             try:
                 _check_key(request, api_key)
-                asked = await _read_form(request, store, max_file_size, Path(folder))
+                asked = await _read_form(request, store, max_file_size, Path(folder), task)
                 caller = Caller(API, request.client.host if request.client else None)  # turns by client
                 if openai_schema.batchable(asked):  # joins the running batch
                     work = jobs.batched(caller, openai_schema.submit, store, asked)
@@ -111,7 +120,9 @@ def _check_key(request: Request, api_key: str | None) -> None:
         raise ApiError(401, message, None, "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
-async def _read_form(request: Request, store: ModelStore, max_file_size: int, folder: Path) -> Asked:
+async def _read_form(
+    request: Request, store: ModelStore, max_file_size: int, folder: Path, task: str
+) -> Asked:
     """The form's fields, checked, and its file saved in `folder` under the client's file name."""
     limit = f"The file is over the limit of {max_file_size / 2**20:g} MB."
     too_large = ApiError(413, limit, "file", "file_too_large")
@@ -126,7 +137,7 @@ async def _read_form(request: Request, store: ModelStore, max_file_size: int, fo
         if upload.size is not None and upload.size > max_file_size:
             raise too_large  # within the room left for the other fields, but over the file's own limit
         name = re.sub(r"[^\w.\- ]", "_", Path(upload.filename or "").name).strip(" .")[:100] or "audio"
-        asked = openai_schema.asked(form, store, str(folder / name))  # error messages name the file
+        asked = openai_schema.asked(form, store, str(folder / name), task)  # error messages name the file
         await run_in_threadpool(_save, upload, asked.request.audio)
         return asked
     finally:

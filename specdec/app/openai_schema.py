@@ -21,6 +21,7 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, chosen_language
 from specdec.audio import SAMPLE_RATE
+from specdec.whisper.models import is_multilingual
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
@@ -75,8 +76,9 @@ def model_ids(store: ModelStore) -> dict[str, str]:
     return ids
 
 
-def asked(form: FormData, store: ModelStore, audio: str) -> Asked:
-    """The form's fields, checked (ApiError), as the page's request for the uploaded file at `audio`."""
+def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe") -> Asked:
+    """The form's fields, checked (ApiError), as the page's request for the uploaded file at `audio`;
+    task: "transcribe" or "translate" (the route's)."""
     model = _text(form, "model")
     if not model:
         raise ApiError(400, "Name a model: one of GET /v1/models.", "model")
@@ -99,7 +101,7 @@ def asked(form: FormData, store: ModelStore, audio: str) -> Asked:
     except ValueError as error:  # UserError too
         raise ApiError(400, str(error), "language") from None
     request = compare.CompareRequest(
-        audio=audio, pair=label, language=language, timestamps=response_format in TIMED_FORMATS,
+        audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
         temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), _flag(form, "compare"))
@@ -164,6 +166,12 @@ def _prepared(store: ModelStore, asked: Asked):
         whisper, options, waveform = compare.prepare(store, request)
     except UnavailablePair as error:
         raise _unavailable_model(store, asked.model, request.pair, error) from error
+    if request.task == "translate" and not is_multilingual(whisper.pair.target):
+        message = (
+            f"The model {asked.model} is English-only: it cannot translate (it would only transcribe); "
+            "choose one whose target is multilingual (GET /v1/models)."
+        )
+        raise ApiError(400, message, "model")
     if asked.prompt:
         options = dataclasses.replace(options, prompt_ids=_prompt_ids(whisper, asked.prompt))
     return whisper, options, waveform
@@ -216,6 +224,7 @@ def _verbose(asked: Asked, answer: Answer) -> dict:
     """OpenAI's verbose_json (what the decoding does not measure is null), and the speculative decoding's
     statistics beside it."""
     transcription, result, baseline = answer.speculative, answer.speculative.result, answer.baseline
+    language = transcription.language
     segments = [
         {"id": index, "seek": None, "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text,
          "tokens": list(cue.token_ids), "temperature": asked.request.temperature, "avg_logprob": None,
@@ -237,7 +246,8 @@ def _verbose(asked: Asked, answer: Answer) -> dict:
     }
     return {
         "task": asked.request.task,
-        "language": LANGUAGES.get(transcription.language, transcription.language),
+        # OpenAI's: a translation's language is the output's, always english
+        "language": "english" if asked.request.task == "translate" else LANGUAGES.get(language, language),
         "duration": round(answer.seconds, 3),
         "text": transcription.text,
         "segments": segments,
