@@ -16,6 +16,10 @@ scheduler (adaptive k per row); while several decode, each row's k is capped at 
 pass costs and the rows' acceptance find best (the cost-aware policy), so as the batch fills and the
 target's verify pass turns compute-bound, the rows draft fewer tokens, or none.
 
+A request may follow its decoding (`submit`'s on_tokens): after each step that settled more of its output
+(`WindowBatch.settled`: tokens no later pass can change), it is called with all of them; what one call adds
+is what that target pass accepted.
+
 A request whose `stop` event is set leaves at the next step (its future raises `Cancelled`); `max_rows`
 requests decode at once, the others wait in arrival order.
 """
@@ -23,6 +27,7 @@ requests decode at once, the others wait in arrival order.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -39,6 +44,7 @@ from specdec.longform.sequential import clip_decoding, report_segment
 from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.tokens import language_token_id
 
+logger = logging.getLogger("specdec.scheduler")
 MAX_ROWS = 16  # requests decoding at once; the others wait for a row
 
 
@@ -49,7 +55,9 @@ class _Request:
     name: str
     stop: threading.Event
     future: Future
+    on_tokens: Callable[[list[int]], None] | None = None  # told each time its settled output grows
     clip: ClipDecoding | None = None  # once it joined
+    told: int = 0  # settled tokens on_tokens was told of
 
 
 class Scheduler:
@@ -85,14 +93,16 @@ class Scheduler:
         options: DecodeOptions | None = None,
         name: str = "audio",
         stop: threading.Event | None = None,
+        on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Future:
         """A future of the waveform's `Transcription` (16 kHz mono float32, any length up to the audio
         limit: over 30 s sequential long-form, timestamps on; options: `TranscribeOptions`, or
-        `DecodeOptions` for a speculative request); `Cancelled` once stop is set."""
+        `DecodeOptions` for a speculative request); `Cancelled` once stop is set. on_tokens(token_ids):
+        called on the batch's thread with its settled output (target ids) each time a step grows it."""
         future: Future = Future()
         future.set_running_or_notify_cancel()
         options = TranscribeOptions.of(options)
-        request = _Request(waveform, options, name, stop or threading.Event(), future)
+        request = _Request(waveform, options, name, stop or threading.Event(), future, on_tokens)
         with self._guard:
             self._arrivals.append(request)
             start = not self._scheduled
@@ -119,6 +129,7 @@ class Scheduler:
                 self._join_arrivals()
                 self._leave_stopped()
                 finished = self.batch.step()
+            self._tell_settled(finished)
             for clip in finished:
                 self._answer(clip)
         except BaseException as error:  # noqa: BLE001 - every request that was decoding is told why
@@ -170,6 +181,22 @@ class Scheduler:
         result = clip.result(self.whisper.pair.target.model.generation_config)
         seconds = len(request.waveform) / SAMPLE_RATE
         request.future.set_result(self.whisper.transcription(request.name, result, seconds))
+
+    def _tell_settled(self, finished: list[ClipDecoding]) -> None:
+        """Each following request whose settled output grew in this step is told (a finished one too, before
+        its answer)."""
+        for request in self._joined:
+            if request.on_tokens is None or request.clip is None:
+                continue
+            done = any(clip is request.clip for clip in finished)
+            settled = request.clip.output if done else self.batch.settled(request.clip)
+            if len(settled) > request.told:
+                request.told = len(settled)
+                try:
+                    request.on_tokens(list(settled))
+                except Exception:  # a listener's fault is its own: the decoding goes on, untold
+                    logger.exception("a request's token listener failed; it is told no more")
+                    request.on_tokens = None
 
     def _on_window(self, clip: ClipDecoding) -> None:
         request = next((r for r in self._joined if r.clip is clip), None)

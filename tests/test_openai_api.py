@@ -116,6 +116,42 @@ def test_translations_are_the_targets_translate_task(server):
     assert verbose.model_extra["speculative"]["identical_to_target"] is True
 
 
+def test_a_streamed_transcription_comes_pass_by_pass_and_ends_whole(server, page_text):
+    """stream=true through the official client: transcript.text.delta events that add up to the text, then
+    transcript.text.done with the text the page gives; fewer deltas than tokens (a pass settles several)."""
+    with CLIP.open("rb") as audio:
+        events = list(
+            api(server).audio.transcriptions.create(model=MODEL, file=audio, language="en", stream=True)
+        )
+    deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
+    assert events[-1].type == "transcript.text.done" and events[-1].text == page_text
+    assert "".join(deltas) == page_text
+    whisper = app.STORES["served"].whisper(SHARED_DRAFT)
+    alone = whisper.transcribe(str(CLIP), language="en", return_stats=True)[0].result
+    assert 1 < len(deltas) <= alone.num_target_passes < len(alone.token_ids)
+
+
+def test_a_streaming_client_that_leaves_has_its_decoding_stopped(server, tmp_path):
+    rng = np.random.default_rng(3)  # a minute of noise bursts: long-form, seconds of decoding
+    samples = rng.standard_normal(60 * 16_000) * (np.arange(60 * 16_000) % 8000 < 3000) * 0.2
+    sf.write(tmp_path / "minute.wav", samples.astype(np.float32), 16_000)
+    files = {"file": ("minute.wav", (tmp_path / "minute.wav").read_bytes())}
+    fields, key = {"model": MODEL, "stream": "true"}, {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream(
+        "POST", f"{server}/v1/audio/transcriptions", data=fields, files=files, headers=key, timeout=60
+    ) as answer:
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        first = next(line for line in answer.iter_lines() if line)
+        assert '"transcript.text.delta"' in first  # then the client leaves
+    deadline = time.monotonic() + 30
+    while app.JOBS["served"].running():  # found gone, stopped at the next target pass
+        assert time.monotonic() < deadline, "the decoding of a client that left went on"
+        time.sleep(0.05)
+    before = cancel.checks()
+    time.sleep(1.0)
+    assert cancel.checks() == before
+
+
 MB = 1024 * 1024
 
 
@@ -129,6 +165,7 @@ MB = 1024 * 1024
         ("long-prompt", 400, None, "prompt"),
         ("wrong-key", 401, "invalid_api_key", None),
         ("no-key", 401, "invalid_api_key", None),
+        ("stream-and-compare", 400, None, "stream"),
     ],
 )
 def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
@@ -140,6 +177,8 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
     fields = {"model": "whisper-9" if case == "unknown-model" else MODEL}
     if case == "long-prompt":
         fields["prompt"] = "word " * 200_000  # 1 MB of previous text
+    if case == "stream-and-compare":
+        fields.update(stream="true", compare="true")
     headers = {"Authorization": "Bearer nope"} if case == "wrong-key" else {}
     if case != "no-key":
         headers.setdefault("Authorization", f"Bearer {KEY}")

@@ -111,3 +111,20 @@ def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_mode
         assert answer.token_ids == alone.token_ids, f"{name}: differs from alone"
     assert max(answer.result.mean_batch_rows for answer in answers.values()) > 1.5, "they shared passes"
     assert {answer.language for answer in answers.values()} >= {"en", "de"}
+
+
+def test_a_followed_request_is_told_its_settled_output_pass_by_pass_and_nothing_is_taken_back(shared_pair):
+    """on_tokens: each call extends the one before (nothing told is dropped later, not even where a window
+    loses its tail after the last timestamp pair and is decoded again), the last one is the answer's tokens,
+    and one target pass may settle several tokens (the draft's, accepted)."""
+    scheduler = Scheduler(shared_pair)
+    tails_dropped = 0
+    for name, options in [("en-weather", GREEDY), ("de-bahnhof", REQUESTS[1][1]), ("long", GREEDY)]:
+        told: list[list[int]] = []
+        transcription = scheduler.submit(waveform(name), options, name, on_tokens=told.append).result(120)
+        assert len(told) > 1 and tuple(told[-1]) == transcription.token_ids
+        grown = [len(after) - len(before) for before, after in zip(told, told[1:], strict=False)]
+        assert all(after[: len(before)] == before for before, after in zip(told, told[1:], strict=False))
+        assert min(grown) > 0 and max(grown) > 1
+        tails_dropped += sum(not record.kept for record in transcription.result.tokens)
+    assert tails_dropped  # the long file re-decoded some window's tail: told only what was kept

@@ -13,17 +13,19 @@ docs/openai-api.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import logging
 import re
 import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -77,6 +79,8 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                 _check_key(request, api_key)
                 asked = await _read_form(request, store, max_file_size, Path(folder), task)
                 caller = Caller(API, request.client.host if request.client else None)  # turns by client
+                if asked.stream:  # joins the running batch too, and says its text as it settles
+                    return await _streamed(jobs, caller, store, asked, lambda e: _api_error(e, store, folder))
                 if openai_schema.batchable(asked):  # joins the running batch
                     work = jobs.batched(caller, openai_schema.submit, store, asked)
                 else:
@@ -185,6 +189,57 @@ def _save(upload: UploadFile, path: str) -> None:
     upload.file.seek(0)
     with open(path, "wb") as out:
         shutil.copyfileobj(upload.file, out)
+
+
+async def _streamed(
+    jobs: Jobs, caller: Caller, store: ModelStore, asked: Asked, error_of: Callable[[Exception], ApiError]
+) -> Response:
+    """stream=true: OpenAI's server-sent events, a `transcript.text.delta` for each target pass that settled
+    text (all the tokens it accepted), then `transcript.text.done` with the whole text. A request that fails
+    before its first text gets the error answer as without streaming; one that fails later, an error event.
+    A client that leaves stops its decoding at the next pass."""
+    loop = asyncio.get_running_loop()
+    deltas: asyncio.Queue[str] = asyncio.Queue()
+    told = lambda text: loop.call_soon_threadsafe(deltas.put_nowait, text)  # noqa: E731 - from the models' thread
+    asked = dataclasses.replace(asked, on_text=told)
+    work = asyncio.ensure_future(jobs.batched(caller, openai_schema.submit, store, asked))
+    first = asyncio.ensure_future(deltas.get())
+    await asyncio.wait([work, first], return_when=asyncio.FIRST_COMPLETED)
+    if work.done() and work.exception() is not None:
+        first.cancel()
+        raise work.exception()
+
+    async def events() -> AsyncIterator[str]:
+        waiting = first
+        try:
+            while True:
+                await asyncio.wait([work, waiting], return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    yield _event({"type": "transcript.text.delta", "delta": waiting.result()})
+                    waiting = asyncio.ensure_future(deltas.get())
+                    continue
+                waiting.cancel()  # the work is done; what it settled last is queued before its answer
+                while not deltas.empty():
+                    yield _event({"type": "transcript.text.delta", "delta": deltas.get_nowait()})
+                if work.exception() is not None:
+                    error = error_of(work.exception())
+                    kind = {"message": error.message, "type": error.kind, "param": error.param}
+                    yield _event({"type": "error", "error": {**kind, "code": error.code}})
+                    return
+                yield _event({"type": "transcript.text.done", "text": work.result().speculative.text})
+                return
+        finally:
+            waiting.cancel()
+            if not work.done():  # the client left: its decoding stops at the next pass
+                work.cancel()
+                await asyncio.wait([work])
+                logger.info("a streaming API client disconnected: its transcription was stopped")
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _event(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 async def _while_connected(request: Request, work: Awaitable[Answer]) -> Answer | None:

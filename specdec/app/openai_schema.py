@@ -8,8 +8,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -56,6 +57,9 @@ class Asked:
     response_format: str
     prompt: str  # previous text, conditioning every window (OpenAI's `prompt`)
     check: bool  # compare=true: also decode with the target alone and say whether the outputs are identical
+    stream: bool = False  # stream=true: the text as server-sent events, as the target's passes settle it
+    on_text: Callable[[str], None] | None = field(default=None, compare=False)  # given each piece of text
+    # that a step settles (the streaming route's; called on the models' thread)
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,10 @@ def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe
         raise ApiError(400, f"response_format must be one of {formats}.", "response_format")
     if set(form.getlist("timestamp_granularities[]")) - {"segment"}:
         raise ApiError(400, "Only segment timestamps are available.", "timestamp_granularities[]")
-    if _flag(form, "stream"):
-        raise ApiError(400, "Streaming is not available; the answer comes whole.", "stream")
+    stream, check = _flag(form, "stream"), _flag(form, "compare")
+    if stream and check:
+        message = "stream=true and compare=true do not go together: a check answers whole."
+        raise ApiError(400, message, "stream")
     language = _text(form, "language") or "auto"
     try:
         chosen_language(language)
@@ -104,7 +110,7 @@ def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe
         audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
         temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
     )  # fmt: skip
-    return Asked(model, request, response_format, _text(form, "prompt"), _flag(form, "compare"))
+    return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
 
 
 def _text(form: FormData, field: str) -> str:
@@ -155,8 +161,27 @@ def submit(schedule, stop, store: ModelStore, asked: Asked) -> Future:
     handed to the pair's batch; the future of its Answer."""
     whisper, options, waveform = _prepared(store, asked)
     name, seconds = Path(asked.request.audio).name, len(waveform) / SAMPLE_RATE
-    decoding = schedule(whisper).submit(waveform, options, name, stop)
+    on_tokens = None if asked.on_text is None else TextDeltas(whisper.decode_text, asked.on_text)
+    decoding = schedule(whisper).submit(waveform, options, name, stop, on_tokens)
     return scheduler.chained(decoding, lambda transcription: Answer(transcription, seconds))
+
+
+class TextDeltas:
+    """A request's settled target ids, as the scheduler tells them, -> the text each telling adds, handed to
+    `send` (OpenAI's transcript.text.delta); a character whose bytes span tokens waits for its last one."""
+
+    def __init__(self, decode_text: Callable[[Sequence[int]], str], send: Callable[[str], None]) -> None:
+        self.decode_text = decode_text
+        self.send = send
+        self.sent = ""  # the text handed on so far
+
+    def __call__(self, token_ids: Sequence[int]) -> None:
+        text = self.decode_text(token_ids)
+        if text.endswith("\ufffd") or not text.startswith(self.sent):
+            return  # half a character, or text written otherwise: a later telling or the done event has it
+        delta, self.sent = text[len(self.sent) :], text
+        if delta:
+            self.send(delta)
 
 
 def _prepared(store: ModelStore, asked: Asked):

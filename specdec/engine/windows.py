@@ -136,6 +136,19 @@ class ClipDecoding:
         self.done = advance <= 0 or self.seek >= self.num_frames or self.window >= max_windows
         self.end_seconds = clock.seconds()
 
+    def settled(self, row: Row | None, config: GenerationConfig) -> list[int]:
+        """Its output so far that no later pass can change (row: its window decoding now, if any): the kept
+        windows', then that window's tokens up to its last timestamp pair (generate()'s split keeps at least
+        those; with no pair yet, all of them: a later pair would keep them too), none of that window's while
+        a no-speech rule may still empty it."""
+        if row is None or row.finished or row.no_speech is not None:
+            return list(self.output)
+        eos = row.pipeline.eos_token_id
+        generated = row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
+        begin = timestamp_begin(config)
+        pair_ends = [i + 2 for i in range(len(generated) - 1) if min(generated[i : i + 2]) >= begin]
+        return self.output + generated[: pair_ends[-1] if pair_ends else len(generated)]
+
     def result(self, config: GenerationConfig) -> DecodeResult:
         """Its decoding, timed from when it joined."""
         passes = self.passes
@@ -209,6 +222,11 @@ class WindowBatch:
         for row in self.rows:
             if self._clips.get(id(row)) is clip:
                 row.finished = True
+
+    def settled(self, clip: ClipDecoding) -> list[int]:
+        """A joined clip's output so far that no later pass can change (`ClipDecoding.settled`)."""
+        row = next((row for row in self.rows if self._clips.get(id(row)) is clip), None)
+        return clip.settled(row, self.pair.target.model.generation_config)
 
     def run(self, clips: Sequence[ClipDecoding]) -> list[DecodeResult]:
         """clips joined and decoded to the end, with the rest of the batch: their results, in order."""
