@@ -80,7 +80,8 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                 asked = await _read_form(request, store, max_file_size, Path(folder), task)
                 caller = Caller(API, request.client.host if request.client else None)  # turns by client
                 if asked.stream:  # joins the running batch too, and says its text as it settles
-                    return await _streamed(jobs, caller, store, asked, lambda e: _api_error(e, store, folder))
+                    error_of = lambda error: _api_error(error, store, folder)  # noqa: E731
+                    return await _streamed(request, jobs, caller, store, asked, error_of)
                 if openai_schema.batchable(asked):  # joins the running batch
                     work = jobs.batched(caller, openai_schema.submit, store, asked)
                 else:
@@ -192,19 +193,38 @@ def _save(upload: UploadFile, path: str) -> None:
 
 
 async def _streamed(
-    jobs: Jobs, caller: Caller, store: ModelStore, asked: Asked, error_of: Callable[[Exception], ApiError]
+    request: Request,
+    jobs: Jobs,
+    caller: Caller,
+    store: ModelStore,
+    asked: Asked,
+    error_of: Callable[[Exception], ApiError],
 ) -> Response:
     """stream=true: OpenAI's server-sent events, a `transcript.text.delta` for each target pass that settled
     text (all the tokens it accepted), then `transcript.text.done` with the whole text. A request that fails
     before its first text gets the error answer as without streaming; one that fails later, an error event.
-    A client that leaves stops its decoding at the next pass."""
+    A client that leaves, before its first text or after, stops its decoding at the next pass."""
     loop = asyncio.get_running_loop()
     deltas: asyncio.Queue[str] = asyncio.Queue()
     told = lambda text: loop.call_soon_threadsafe(deltas.put_nowait, text)  # noqa: E731 - from the models' thread
     asked = dataclasses.replace(asked, on_text=told)
     work = asyncio.ensure_future(jobs.batched(caller, openai_schema.submit, store, asked))
     first = asyncio.ensure_future(deltas.get())
-    await asyncio.wait([work, first], return_when=asyncio.FIRST_COMPLETED)
+    try:  # until its first text, the client is watched as a plain request's is
+        while not (
+            await asyncio.wait([work, first], timeout=DISCONNECT_POLL_SECONDS, return_when="FIRST_COMPLETED")
+        )[0]:
+            if await request.is_disconnected():
+                logger.info(
+                    "a streaming API client left before its first text: its transcription was stopped"
+                )
+                first.cancel()
+                await _stopped(work)
+                return Response(status_code=499)  # nobody reads it
+    except asyncio.CancelledError:
+        first.cancel()
+        await _stopped(work)
+        raise
     if work.done() and work.exception() is not None:
         first.cancel()
         raise work.exception()
@@ -231,11 +251,16 @@ async def _streamed(
         finally:
             waiting.cancel()
             if not work.done():  # the client left: its decoding stops at the next pass
-                work.cancel()
-                await asyncio.wait([work])
                 logger.info("a streaming API client disconnected: its transcription was stopped")
+                await _stopped(work)
 
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _stopped(work: asyncio.Future) -> None:
+    """Cancel a batched decoding (`Jobs.batched` stops it at the next pass) and wait until it has left."""
+    work.cancel()
+    await asyncio.wait([work])
 
 
 def _event(data: dict) -> str:

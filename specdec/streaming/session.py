@@ -34,7 +34,7 @@ from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE
 from specdec.engine.drafters import Drafter, PreviousHypothesis, common_length
 from specdec.engine.state import Row
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import TranscribeOptions
 from specdec.trace import ACCEPTED, DecodeResult
 from specdec.vad import Activity, SpeechDetector, rms_dbfs
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
@@ -58,7 +58,8 @@ class StreamOptions:
     reuse_hypothesis: bool = True  # the previous hypothesis drafts first
     use_draft: bool = True  # the draft model drafts where the hypothesis cannot
     language: str | None = None  # None: detected by the target on the first decoded buffer
-    num_draft_tokens: int = DecodeOptions.num_draft_tokens  # k of the draft model (adaptive)
+    num_draft_tokens: int = 6  # the draft model's k at the start of each buffer (adaptive): a live buffer,
+    # mostly text the previous hypothesis already proposed, starts a little higher than a file does
     max_reuse_tokens: int = 32  # longest proposal from the previous hypothesis (free: no model runs)
     max_prompt_tokens: int = 120  # committed text tokens passed as the prompt of the next window
     max_load: float | None = 0.5  # decoding aims to take at most this share of real time (None: every chunk)
