@@ -21,9 +21,11 @@ from specdec.longform.sequential import decode_sequential
 from specdec.longform.speech import decode_speech
 from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.trace import DecodeResult
+from specdec.whisper import word_times
 from specdec.whisper.features import pair_features
 from specdec.whisper.models import DraftSettings, ModelPair, load_pair
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
+from specdec.whisper.word_times import Word
 
 
 class BatchAudioError(AudioError):
@@ -50,6 +52,7 @@ class Transcription:
     text: str
     result: DecodeResult
     segments: tuple[subtitles.Cue, ...] | None = None  # in seconds of the whole file; None: no timestamps
+    words: tuple[Word, ...] | None = None  # timed words (word_timestamps=True), in seconds of the whole file
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -60,11 +63,14 @@ class Transcription:
         return self.result.language
 
     def to_dict(self) -> dict:
-        """JSON-ready: the text, the whole trace with its statistics, and the timed segments (start, end,
+        """JSON-ready: the text, the whole trace with its statistics, the timed segments (start, end,
         text, token ids; None without timestamps) in place of the trace's own `segments` (chunked
-        decoding's merged token ids with the model's times, before any was filled in)."""
+        decoding's merged token ids with the model's times, before any was filled in), and the timed
+        words (None without word timestamps)."""
         segments = None if self.segments is None else [dataclasses.asdict(cue) for cue in self.segments]
-        return {"audio": self.audio, "text": self.text, **self.result.to_dict(), "segments": segments}
+        words = None if self.words is None else [dataclasses.asdict(word) for word in self.words]
+        found = {"audio": self.audio, "text": self.text, **self.result.to_dict(), "segments": segments}
+        return {**found, "words": words}
 
     def to_srt(self) -> str:
         """SubRip subtitles (needs timestamps: `subtitles.NoTimestamps` otherwise)."""
@@ -154,6 +160,9 @@ class SpeculativeWhisper:
         place in the list; with errors="raise" (default) a single clip raises its AudioError, and several
         raise a BatchAudioError once all the others are transcribed, with every result in its `results`.
         """
+        if options is not None and not isinstance(options, DecodeOptions):
+            kind = type(options).__name__
+            raise TypeError(f"options must be a TranscribeOptions, not {kind} (give sample_rate= by name)")
         options = TranscribeOptions.of(options, **fields)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
@@ -213,6 +222,8 @@ class SpeculativeWhisper:
     ) -> DecodeResult:
         """A waveform over 30 s, long-form as options ask."""
         pair, speculative, progress = self.pair, options.speculative, options.progress
+        if options.word_timestamps and (options.skip_silence or options.long_form != "sequential"):
+            raise ValueError("word timestamps work on sequential long-form (no chunks, no skipped silence)")
         if make_drafter is not None and (options.skip_silence or options.long_form != "sequential"):
             raise ValueError(
                 "make_drafter works for sequential long-form only (no chunks, no skipped silence)"
@@ -244,7 +255,11 @@ class SpeculativeWhisper:
         if config.no_timestamps_token_id not in result.prompt_ids:
             found = subtitles.segments_of(result, timestamp_begin(config), TIMESTAMP_SECONDS)
             segments = subtitles.cues(found, self._segment_text, audio_seconds)
-        return Transcription(name, self.decode_text(result.token_ids), result, segments)
+        words = None
+        if result.token_spans is not None:
+            tokenizer = self.pair.target.processor.tokenizer
+            words = word_times.words(tokenizer, result.token_ids, result.token_spans, result.language)
+        return Transcription(name, self.decode_text(result.token_ids), result, segments, words)
 
     def _segment_text(self, token_ids: Sequence[int]) -> str:
         """A segment's text as decoded, its leading space kept, so that the segments join into the text."""

@@ -100,6 +100,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument("--task", choices=TASKS, default="transcribe")
     transcribe.add_argument("--timestamps", action="store_true", help="predict timestamp tokens")
     transcribe.add_argument(
+        "--word-timestamps",
+        action="store_true",
+        help="time every word from the target's alignment heads (as transformers' return_token_timestamps): "
+        "printed as [start -> end] word, in --json as words",
+    )
+    transcribe.add_argument(
         "--temperature", type=float, default=TranscribeOptions.temperature, help="0: greedy (default)"
     )
     transcribe.add_argument("--top-p", type=float, default=None)
@@ -316,6 +322,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         language=args.language,
         task=args.task,
         timestamps=args.timestamps,
+        word_timestamps=args.word_timestamps,
         temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,
@@ -425,6 +432,7 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
             "token_ids": list(speculative.token_ids),
             "seconds": speculative.result.total_seconds,
             "acceptance_rate": speculative.result.acceptance_rate,
+            "words": None if speculative.words is None else [vars(word) for word in speculative.words],
             "stats": speculative.result.stats(),
             "steps": [_step_record(speculative.result, step) for step in speculative.result.steps],
         },
@@ -456,6 +464,8 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
         f"  speculative: {result.total_seconds:.2f} s, acceptance {rate}, "
         f"{result.tokens_per_pass:.2f} tokens per target pass, {result.num_target_passes} target passes",
     ]
+    for word in speculative.words or ():
+        lines.append(f"  [{word.start:6.2f} -> {word.end:6.2f}] {word.text.strip()}")
     if baseline is not None:
         identical = "identical" if baseline.token_ids == speculative.token_ids else "DIFFERENT"
         speedup = baseline.result.total_seconds / max(result.total_seconds, 1e-9)

@@ -119,6 +119,9 @@ class DecodeResult:
     total_seconds: float  # encoders + decoding, wall clock
     windows: tuple[Window, ...] = ()  # every decoded window in order; token.window / step.window index it
     segments: tuple[Segment, ...] = ()  # chunked long-form with timestamps: file-relative segments
+    token_spans: tuple[tuple[float, float], ...] | None = None  # with word timestamps: each of token_ids'
+    # (start, end) in seconds of the file, from the target's alignment heads (`whisper.word_times`)
+    alignment_seconds: float = 0.0  # what timing them took (its extra decoder passes and the alignment)
 
     @property
     def no_speech(self) -> bool:

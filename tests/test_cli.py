@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import soundfile as sf
@@ -119,3 +120,15 @@ def test_detect_no_speech_leaves_a_tone_empty(real_models, tmp_path, capsys):
     assert judged["text"] == "" and judged["no_speech"]
     exit_code = cli.main(["transcribe", str(tone), *pair, "--no-speech-threshold", "0.6"])
     assert exit_code == 2 and "needs logprob_threshold" in capsys.readouterr().err
+
+
+def test_word_timestamps_print_and_come_in_json(real_models, capsys):
+    """--word-timestamps on real speech: a line per word with its times, and the same words in --json."""
+    clip = Path(__file__).parent.parent / "assets" / "en-jfk.flac"
+    pair = ["--target", str(real_models["base"]), "--draft", "self", "--device", "cpu", "--word-timestamps"]
+    assert cli.main(["transcribe", str(clip), *pair]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  [  5.76 ->   6.24] country" in lines
+    assert cli.main(["transcribe", str(clip), *pair, "--json"]) == 0
+    words = json.loads(capsys.readouterr().out)["speculative"]["words"]
+    assert {"start": 5.76, "end": 6.24, "text": " country"} in words and len(words) == 22

@@ -94,6 +94,7 @@ class CompareRequest:
     long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
     skip_silence: bool = False  # audio over 30 s: decode only its speech (Silero VAD)
     detect_no_speech: bool = True  # Whisper's no-speech rule: a window judged silence is left empty
+    word_timestamps: bool = False  # time each word from the target's alignment heads
 
     def no_speech_options(self) -> dict:
         """DecodeOptions' thresholds for `detect_no_speech` (none: generate()'s default, off)."""
@@ -126,6 +127,7 @@ class CompareRequest:
                 and self.long_form == "chunked"
                 and float(self.temperature) == 0,
                 **self.no_speech_options(),
+                word_timestamps=self.word_timestamps is True,
                 long_form=self.long_form,
                 skip_silence=self.skip_silence,
             )

@@ -95,8 +95,12 @@ def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe
     if response_format not in RESPONSE_FORMATS:
         formats = ", ".join(RESPONSE_FORMATS)
         raise ApiError(400, f"response_format must be one of {formats}.", "response_format")
-    if set(form.getlist("timestamp_granularities[]")) - {"segment"}:
-        raise ApiError(400, "Only segment timestamps are available.", "timestamp_granularities[]")
+    granularities = set(form.getlist("timestamp_granularities[]"))
+    if granularities - {"segment", "word"}:
+        raise ApiError(400, "timestamp_granularities[] takes segment and word.", "timestamp_granularities[]")
+    if "word" in granularities and response_format != "verbose_json":
+        message = "Word timestamps come in verbose_json: set response_format=verbose_json."
+        raise ApiError(400, message, "timestamp_granularities[]")
     stream, check = _flag(form, "stream"), _flag(form, "compare")
     if stream and check:
         message = "stream=true and compare=true do not go together: a check answers whole."
@@ -109,6 +113,7 @@ def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe
     request = compare.CompareRequest(
         audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
         temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
+        word_timestamps="word" in granularities,
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
 
@@ -245,6 +250,10 @@ def response(asked: Asked, answer: Answer) -> Response:
     return JSONResponse(_verbose(asked, answer))
 
 
+def _word(word) -> dict:
+    return {"word": word.text.strip(), "start": word.start, "end": word.end}
+
+
 def _verbose(asked: Asked, answer: Answer) -> dict:
     """OpenAI's verbose_json (what the decoding does not measure is null), and the speculative decoding's
     statistics beside it."""
@@ -269,6 +278,9 @@ def _verbose(asked: Asked, answer: Answer) -> dict:
         "decode_seconds": result.decode_seconds,
         "identical_to_target": baseline.token_ids == transcription.token_ids if baseline else None,
     }
+    words = {}
+    if transcription.words is not None:  # OpenAI's: the word without its space, its start and end
+        words = {"words": [_word(word) for word in transcription.words]}
     return {
         "task": asked.request.task,
         # OpenAI's: a translation's language is the output's, always english
@@ -276,5 +288,6 @@ def _verbose(asked: Asked, answer: Answer) -> dict:
         "duration": round(answer.seconds, 3),
         "text": transcription.text,
         "segments": segments,
+        **words,
         "speculative": speculative,
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -29,6 +30,7 @@ from specdec.engine.loop import Batch
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
+from specdec.whisper import word_times
 from specdec.whisper.features import PairFeatures, encode, window_features
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
 from specdec.whisper.models import DraftKind, ModelPair
@@ -71,6 +73,9 @@ class ClipDecoding:
     passes: list[Pass] = dataclasses.field(default_factory=list)
     encodings: list[Encoding] = dataclasses.field(default_factory=list)
     windows: list[Window] = dataclasses.field(default_factory=list)
+    token_spans: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # each output token's
+    # (start, end) in seconds of the clip, with word timestamps (`whisper.word_times`)
+    alignment_seconds: float = 0.0  # the word timestamps' extra passes and alignment, in all
     end_seconds: float = 0.0  # clock time when its last window was folded in
     start_seconds: float = 0.0  # clock time when it joined (a request joining a running batch, later)
     done: bool = False
@@ -106,9 +111,12 @@ class ClipDecoding:
             options, drafts=drafts, no_speech=NoSpeechRule.of(config, options, prompt),
         )  # fmt: skip
 
-    def finish_window(self, row: Row, config: GenerationConfig, clock: Clock) -> None:
+    def finish_window(
+        self, row: Row, config: GenerationConfig, clock: Clock, times: list[float] | None = None
+    ) -> None:
         """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window.
-        A window judged no speech keeps nothing and seeks past itself, as generate() skips it."""
+        A window judged no speech keeps nothing and seeks past itself, as generate() skips it. times: the
+        window's token times (`word_times.token_times`), with word timestamps."""
         eos = row.pipeline.eos_token_id
         generated = row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
         avg_logprob, no_speech = None, False
@@ -120,6 +128,9 @@ class ClipDecoding:
         else:  # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
             kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
         self.output += generated[:kept]
+        if times is not None:
+            spans = word_times.token_spans(times, row.prompt_length, self.seek * FRAME_SECONDS)
+            self.token_spans += spans[:kept]
         self.tokens += [
             record if i < kept else dataclasses.replace(record, kept=False)
             for i, record in enumerate(row.tokens)
@@ -166,6 +177,8 @@ class ClipDecoding:
             encodings=tuple(self.encodings),
             total_seconds=self.end_seconds - self.start_seconds,
             windows=tuple(self.windows),
+            token_spans=tuple(self.token_spans) if self.options.word_timestamps else None,
+            alignment_seconds=self.alignment_seconds,
         )
 
 
@@ -197,6 +210,8 @@ class WindowBatch:
         self.batch: Batch | None = None
         self.waiting: list[ClipDecoding] = []  # their next windows join at the next step
         self._clips: dict[int, ClipDecoding] = {}  # id(row) -> the clip whose window it is
+        self._states: dict[int, torch.Tensor] = {}  # id(row) -> its window's encoder states (1500, d_model),
+        # while it decodes, for a row with word timestamps
         self._arrival: dict[int, int] = {}  # id(clip) -> its place in the order clips joined
         self._draft_frames = WINDOW_FRAMES  # feature frames a separate draft's encoder reads in this batch
 
@@ -244,15 +259,26 @@ class WindowBatch:
         finished = []
         for row in self.batch.step():
             clip = self._clips.pop(id(row))
+            states = self._states.pop(id(row), None)
             if clip.done:  # dropped
                 continue
-            clip.finish_window(row, config, self.clock)
+            times = None if states is None else self._token_times(clip, row, states)
+            clip.finish_window(row, config, self.clock, times)
             if self.on_window is not None:
                 self.on_window(clip)
             (finished if clip.done else self.waiting).append(clip)
         for clip in finished:
             del self._arrival[id(clip)]
         return finished
+
+    def _token_times(self, clip: ClipDecoding, row: Row, states: torch.Tensor) -> list[float]:
+        """A finished window's token times (`word_times.token_times`), the extra pass timed on the clock."""
+        start = time.perf_counter()
+        model = self.pair.target.model
+        frames = clip.features.audio_frames or clip.window_frames  # a short clip's audio, not its padding
+        times = word_times.token_times(model, states, row.sequence, row.prompt_length, frames)
+        clip.alignment_seconds += time.perf_counter() - start
+        return times
 
     def _admit(self) -> None:
         """The waiting clips' next windows join the batch: encoded together, one row each."""
@@ -271,6 +297,9 @@ class WindowBatch:
         )
         _set_languages(self.pair, clips, hidden)
         rows = [clip.next_row(self.pair, target.device) for clip in clips]
+        for row, states in zip(rows, hidden, strict=True):  # kept for its word timestamps, if asked for
+            if row.options.word_timestamps:
+                self._states[id(row)] = states
         if self.batch is None:
             self._start(hidden, clips, rows)
         else:

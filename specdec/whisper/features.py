@@ -11,6 +11,7 @@ extractor's features of the whole file.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -52,6 +53,8 @@ class PairFeatures:
 
     target: Features  # (1, mel_bins, frames)
     draft: Features | None
+    audio_frames: int | None = None  # frames that hold the clip's audio, in a short clip's padded window
+    # (the count generate()'s attention mask gives); None: all of them
 
 
 def features(model: LoadedModel, waveform: np.ndarray) -> torch.Tensor:
@@ -66,11 +69,13 @@ def pair_features(
     """The features of both models of a pair for one clip (long: window by window, any length)."""
     make = model_features if long else features
     target = make(pair.target, waveform)
+    hop = pair.target.processor.feature_extractor.hop_length
+    frames = None if long else math.ceil(len(waveform) / hop)
     if not speculative or pair.draft is None or pair.kind is DraftKind.SHARED_ENCODER:
-        return PairFeatures(target, None)
+        return PairFeatures(target, None, frames)
     if same_extractor(pair.target, pair.draft):
-        return PairFeatures(target, target)
-    return PairFeatures(target, make(pair.draft, waveform))
+        return PairFeatures(target, target, frames)
+    return PairFeatures(target, make(pair.draft, waveform), frames)
 
 
 def same_extractor(first: LoadedModel, second: LoadedModel) -> bool:

@@ -1,6 +1,8 @@
-"""POST /v1/audio/translations on the real weights, through the official `openai` client, as `python app.py`
-serves it: whisper-base (with its self-draft) says German speech in English, token for token what the
-target alone gives; an English-only target is refused with a clear error and the server keeps serving."""
+"""/v1 on the real weights, through the official `openai` client, as `python app.py` serves it (whisper-base
+with its self-draft): timed words (`timestamp_granularities[]=word`) as the Python API times them; a
+streamed transcription whose deltas add up to the text; a translation of German speech into English, token
+for token what the target alone gives; an English-only target refused a translation with a clear error,
+the server still serving."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 import app
 from specdec.app import store as stores
 
-GERMAN = Path(__file__).parent.parent / "assets" / "de-bahnhof.wav"
+ASSETS = Path(__file__).parent.parent / "assets"
+GERMAN, JFK = ASSETS / "de-bahnhof.wav", ASSETS / "en-jfk.flac"
 PAIRS = {"base+self": ("base", "self"), "tiny.en+tiny.en": ("tiny.en", "tiny.en")}
 
 pytestmark = pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client's mark on it
@@ -51,3 +54,24 @@ def test_an_english_only_target_cannot_translate_and_says_so(server):
     assert error["param"] == "model" and "English-only" in error["message"]
     with GERMAN.open("rb") as audio:  # it still transcribes
         assert client(server).audio.transcriptions.create(model="tiny.en+tiny.en", file=audio).text
+
+
+def test_words_come_timed_as_the_python_api_times_them(server):
+    with JFK.open("rb") as audio:
+        answer = client(server).audio.transcriptions.create(
+            model="base+self", file=audio, response_format="verbose_json",
+            timestamp_granularities=["word", "segment"],
+        )  # fmt: skip
+    whisper = app.STORES["served"].whisper("base+self")
+    found = whisper.transcribe(str(JFK), timestamps=True, word_timestamps=True, return_stats=True)
+    expected = [(word.text.strip(), word.start, word.end) for word in found[0].words]
+    assert [(word.word, word.start, word.end) for word in answer.words] == expected
+    assert answer.segments and ("country", 5.76, 6.22) in expected  # faster-whisper: 5.76-6.24 s
+
+
+def test_a_streamed_transcription_adds_up_to_the_text(server):
+    with JFK.open("rb") as audio:
+        events = list(client(server).audio.transcriptions.create(model="base+self", file=audio, stream=True))
+    deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
+    assert events[-1].type == "transcript.text.done" and "".join(deltas) == events[-1].text
+    assert 1 < len(deltas) < len(events[-1].text.split())  # several words a pass: the draft's, accepted

@@ -1,0 +1,130 @@
+"""Word timestamps as `transformers` computes them, for tokens the target has already decoded.
+
+A window's token times: the cross-attention of the target's alignment heads (its generation config's
+`alignment_heads`) over the window's tokens, normalised, median-filtered and aligned to the audio frames by
+dynamic time warping, as generate() does with `return_token_timestamps=True`; the attention comes from one
+teacher-forced pass of the target's decoder over the tokens it kept, never from a draft. Words: the tokens
+grouped as the ASR pipeline groups them for `return_timestamps="word"` (punctuation joined to its word),
+a word running from its first token's start to its last token's end.
+
+transformers' own functions do both (`_extract_token_timestamps`, `_combine_tokens_into_words`; private,
+but the pinned version is tested against generate() and the pipeline), so the times are its times.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import WhisperForConditionalGeneration
+from transformers.generation.utils import GenerateEncoderDecoderOutput
+from transformers.models.whisper.tokenization_whisper import LANGUAGES, _combine_tokens_into_words
+
+TIME_DECIMALS = 2  # the pipeline's rounding of token times (the alignment's resolution is 0.02 s)
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float  # seconds of the whole file
+    end: float
+    text: str  # as its tokens spell it, its leading space kept: the words join into the text
+
+
+class NoAlignmentHeads(ValueError):
+    """The target's generation config names no alignment heads, so it cannot time words."""
+
+
+def token_times(
+    model: WhisperForConditionalGeneration,
+    encoder_states: torch.Tensor,
+    sequence: Sequence[int],
+    prompt_length: int,
+    num_frames: int,
+) -> list[float]:
+    """generate()'s token_timestamps for one window: len(sequence) times in seconds from the window's start,
+    token i ending at times[i] (the forced prompt's are 0). encoder_states: (1500, d_model), the window's;
+    sequence: its forced prompt and generated tokens; num_frames: its mel frames of audio."""
+    heads = getattr(model.generation_config, "alignment_heads", None)
+    if not heads:
+        raise NoAlignmentHeads("the target's generation config has no alignment_heads: no word timestamps")
+    device = encoder_states.device
+    with torch.inference_mode():  # the last token's attention is never needed, as in generate()
+        input_ids = torch.tensor([list(sequence[:-1])], device=device)
+        attentions = cross_attentions(model, encoder_states[None], input_ids, {layer for layer, _ in heads})
+        sequences = torch.tensor([list(sequence)], device=device)
+        outputs = GenerateEncoderDecoderOutput(sequences=sequences, cross_attentions=(attentions,))
+        times = model._extract_token_timestamps(
+            outputs, heads, num_frames=num_frames, num_input_ids=prompt_length
+        )
+    return times[0].tolist()
+
+
+def cross_attentions(
+    model: WhisperForConditionalGeneration,
+    encoder_states: torch.Tensor,
+    input_ids: torch.Tensor,
+    layers: set[int],
+) -> tuple[torch.Tensor, ...]:
+    """Per decoder layer, the cross-attention probabilities (1, heads, tokens, frames) that eager attention
+    computes, for `layers` (zeros for the others): one decoder pass as the model runs it (any attention
+    implementation), its cross-attention inputs read on the way and the probabilities computed from them.
+    encoder_states: (1, 1500, d_model); input_ids: (1, tokens)."""
+    decoder, caller = model.model.decoder, threading.get_ident()
+    inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def reader(layer: int):
+        def read(module, args, kwargs) -> None:
+            if threading.get_ident() == caller:  # not another thread's pass through the same model
+                hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+                inputs[layer] = (hidden, kwargs["key_value_states"])
+
+        return read
+
+    hooks = [
+        decoder.layers[layer].encoder_attn.register_forward_pre_hook(reader(layer), with_kwargs=True)
+        for layer in layers
+    ]
+    try:
+        decoder(input_ids=input_ids, encoder_hidden_states=encoder_states)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    found = []
+    for layer, attention in enumerate(decoder.layers):
+        attention = attention.encoder_attn
+        heads, head_dim = attention.num_heads, attention.head_dim
+        if layer not in inputs:
+            found.append(encoder_states.new_zeros(1, heads, input_ids.shape[1], encoder_states.shape[1]))
+            continue
+        hidden, states = inputs[layer]
+        query = (attention.q_proj(hidden) * attention.scaling).view(1, -1, heads, head_dim).transpose(1, 2)
+        key = attention.k_proj(states).view(1, -1, heads, head_dim).transpose(1, 2)
+        found.append(torch.softmax(query @ key.transpose(2, 3), dim=-1))  # eager's, scaled as it scales
+    return tuple(found)
+
+
+def token_spans(times: Sequence[float], prompt_length: int, offset: float) -> list[tuple[float, float]]:
+    """Each generated token's (start, end) in seconds of the file, as the pipeline pairs them: a token starts
+    where the one before it ends. times: `token_times`; offset: the window's start in the file."""
+    return [
+        (round(times[i - 1] + offset, TIME_DECIMALS), round(times[i] + offset, TIME_DECIMALS))
+        for i in range(prompt_length, len(times))
+    ]
+
+
+def words(
+    tokenizer, token_ids: Sequence[int], spans: Sequence[tuple[float, float]], language: str
+) -> tuple[Word, ...]:
+    """The words of a decoding's text tokens (special and timestamp tokens left out), timed by their tokens'
+    spans (one per token id); language: its code, which says how words split (spaces, or characters)."""
+    special = set(tokenizer.all_special_ids)
+    first_timestamp = tokenizer.convert_tokens_to_ids("<|notimestamps|>") + 1
+    text = [i for i, token in enumerate(token_ids) if token not in special and token < first_timestamp]
+    tokens = [token_ids[i] for i in text]
+    found, _, indices = _combine_tokens_into_words(tokenizer, tokens, LANGUAGES.get(language, language))
+    return tuple(
+        Word(spans[text[group[0]]][0], spans[text[group[-1]]][1], word)
+        for word, group in zip(found, indices, strict=True)
+    )

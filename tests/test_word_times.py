@@ -1,0 +1,95 @@
+"""Word timestamps (`whisper.word_times`): the target's own alignment over the tokens it kept.
+
+On the real whisper-base with its self-draft, decoding speculatively: each token's time equals
+transformers' `generate(return_token_timestamps=True)` for the same tokens, with and without timestamp
+tokens, in English, German and French; the words join into the text, in order, within the audio; a batch
+times each clip as it is timed alone; a long file's words are in the file's seconds. On the demo models:
+a seeded sampled decoding times its words too, and chunked long-form refuses them with a message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_batching import BATCH
+
+from specdec.api import SpeculativeWhisper
+from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
+from specdec.options import TranscribeOptions
+
+ASSETS = Path(__file__).parent.parent / "assets"
+CASES = [("en-jfk.flac", False), ("en-weather.wav", True), ("de-bahnhof.wav", False), ("fr-marche.wav", True)]
+
+
+@pytest.fixture(scope="module")
+def self_pair(real_models) -> SpeculativeWhisper:
+    return SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device="cpu")
+
+
+@pytest.mark.parametrize(("name", "timestamps"), CASES)
+def test_token_times_are_generates_for_the_same_tokens(self_pair, name, timestamps):
+    found = self_pair.transcribe(
+        ASSETS / name, word_timestamps=True, timestamps=timestamps, return_stats=True
+    )[0]
+    assert found.result.num_drafted > 0  # decoded speculatively
+    model, processor = self_pair.pair.target.model, self_pair.pair.target.processor
+    inputs = processor(
+        load_audio(ASSETS / name), sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
+    )
+    generated = model.generate(
+        inputs.input_features, attention_mask=inputs.attention_mask, language=found.language,
+        return_timestamps=timestamps, return_token_timestamps=True, return_dict_in_generate=True,
+    )  # fmt: skip
+    sequence, times = generated["sequences"][0].tolist(), generated["token_timestamps"][0].tolist()
+    ends_with_eos = sequence[-1] == model.generation_config.eos_token_id
+    prompt = len(sequence) - len(found.token_ids) - ends_with_eos  # generate() returns the prompt it forced
+    assert tuple(sequence[prompt:][: len(found.token_ids)]) == found.token_ids
+    expected = [round(time, 2) for time in times[prompt:][: len(found.token_ids)]]
+    assert [end for _, end in found.result.token_spans] == expected
+
+
+def check_words(found, seconds: float) -> None:
+    """The words join into the text, in order, within the audio: each starts where the one before ends or
+    later (across a long file's windows, where each window is aligned on its own, within 0.1 s)."""
+    words = found.words
+    assert words and "".join(word.text for word in words).strip() == found.text
+    assert all(0 <= word.start <= word.end <= seconds + 0.02 for word in words)
+    pairs = list(zip(words, words[1:], strict=False))
+    assert all(before.start <= after.start and before.end <= after.start + 0.1 for before, after in pairs)
+
+
+def test_words_are_in_order_within_the_audio_and_make_the_text(self_pair):
+    found = self_pair.transcribe(ASSETS / "en-jfk.flac", word_timestamps=True, return_stats=True)[0]
+    check_words(found, 11.0)
+    country = [(word.start, word.end) for word in found.words if word.text.startswith(" country")]
+    assert country == [(5.76, 6.24), (9.94, 10.8)]  # faster-whisper's first "country": 5.76-6.24 s too
+    assert found.result.alignment_seconds > 0
+
+
+def test_a_batch_times_each_clip_as_alone(self_pair):
+    names = ["en-fellow-americans.wav", "en-weather.wav", "de-bahnhof.wav"]
+    waveforms = [load_audio(ASSETS / name) for name in names]
+    options = TranscribeOptions(word_timestamps=True, batch_size=3)
+    together = self_pair.transcribe_waveforms(waveforms, options)
+    alone = [self_pair.transcribe_waveforms([waveform], options)[0] for waveform in waveforms]
+    assert [t.words for t in together] == [a.words for a in alone]
+    assert max(t.result.mean_batch_rows for t in together) > 1  # they shared passes
+
+
+def test_a_long_file_is_timed_in_its_own_seconds(self_pair):
+    waveform = load_audio(ASSETS / "long" / "en-six-parts.flac", max_seconds=MAX_LONG_SECONDS)
+    (found,) = self_pair.transcribe_waveforms([waveform], TranscribeOptions(word_timestamps=True))
+    seconds = len(waveform) / SAMPLE_RATE
+    check_words(found, seconds)
+    assert len(found.result.windows) > 2 and found.words[-1].start > 45  # the last windows' words, late
+
+
+def test_sampled_decoding_times_words_and_chunked_refuses_them(shared_pair):
+    options = TranscribeOptions(word_timestamps=True, temperature=0.8, seed=3, max_new_tokens=24)
+    (found,) = shared_pair.transcribe_waveforms([BATCH["en-weather"]], options)
+    assert found.result.token_spans is not None and len(found.result.token_spans) == len(found.token_ids)
+    long = np.tile(BATCH["en-weather"], 6)
+    with pytest.raises(ValueError, match="word timestamps work on sequential long-form"):
+        shared_pair.transcribe_waveforms([long], TranscribeOptions.of(options, long_form="chunked"))
