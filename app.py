@@ -82,7 +82,7 @@ import numpy as np
 import soundfile as sf
 from starlette.middleware import Middleware
 
-from specdec.app import compare, downloads, live, openai_api, views
+from specdec.app import compare, downloads, live, openai_api, views, word_view
 from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
 from specdec.app.jobs import MODEL_THREAD, PAGE, Caller, Jobs
@@ -268,14 +268,15 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         long_form,
         reference,
         skip_silence,
-        request: gr.Request,
+        word_timestamps=False,
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
         asked = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
-            skip_silence=skip_silence,
+            skip_silence=skip_silence, word_timestamps=word_timestamps,
         )  # fmt: skip
         view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
@@ -290,6 +291,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             view.wer_html,
             views.details(view),
             view.windows,
+            word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), audio),
             view.comparison.speculative,  # for the downloads
         )
 
@@ -305,16 +307,19 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         seed,
         long_form,
         skip_silence,
-        request: gr.Request,
+        word_timestamps=False,
+        request: gr.Request = None,
         progress=gr.Progress(),
     ):
         asked = compare.CompareRequest(
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
-            long_form=long_form, skip_silence=skip_silence,
+            long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
-        return await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
+        shown = await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
+        text, tokens, stats = shown
+        return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
 
     with gr.Row():
         with gr.Column(scale=3):
@@ -364,6 +369,11 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             timestamps = gr.Checkbox(
                 label="Timestamps", info="segment times; the SRT and WebVTT downloads need them"
             )
+            word_timestamps = gr.Checkbox(
+                label="Word timestamps",
+                info="each word timed from the target's own alignment heads; click a word to play the clip "
+                "from it (one more decoder pass a window, in both runs of a Compare)",
+            )
             long_form = gr.Radio(
                 list(LONG_FORM_MODES),
                 value=TranscribeOptions.long_form,
@@ -391,6 +401,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     transcript = gr.State(None, time_to_live=UPLOAD_CACHE[1])  # the last run's speculative Transcription
     gr.Markdown("### Speculative transcript, token by token (hover a token for its step and probabilities)")
     tokens = gr.HTML(STYLE + legend_html(), label="Tokens", elem_id="tokens")
+    words = gr.HTML("", label="Words", elem_id="words", js_on_load=word_view.JS)
     metrics = gr.Dataframe(
         headers=["metric", "target alone", "speculative"],
         label="Metrics",
@@ -429,14 +440,15 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         breakdown,
         word_errors,
         details,
-        windows,  # last, so that API clients' indices of the outputs before it still hold
+        windows,  # late, so that API clients' indices of the outputs before it still hold
+        words,
         transcript,  # a State: never sent to API clients
     ]
 
     def cleared(request: gr.Request):  # before a run: no output of an earlier run stays beside the new one
         downloads.clear(_downloads_folder(request))
         hidden = [gr.DownloadButton(value=None, visible=False) for _ in download_buttons]
-        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None, None, *hidden]
+        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None, "", None, *hidden]
 
     def offer_downloads(transcription, request: gr.Request):
         files = downloads.write(transcription, _downloads_folder(request))
@@ -444,7 +456,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 
     run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_compare,
-        [*settings, reference, skip_silence],
+        [*settings, reference, skip_silence, word_timestamps],
         outputs,
         api_name="compare",
         concurrency_limit=MODEL_EVENTS,
@@ -452,8 +464,8 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_transcribe,
-        [*settings, skip_silence],
-        [speculative_text, tokens, details],
+        [*settings, skip_silence, word_timestamps],
+        [speculative_text, tokens, details, words],
         api_name="transcribe",
         concurrency_limit=MODEL_EVENTS,
         concurrency_id="models",

@@ -111,7 +111,7 @@ def test_a_cancelled_job_stops_decoding_and_the_next_one_runs(app_url, long_clip
     job.cancel()
     assert idle_after(1.0), "the decoding went on after the cancel"
     assert app.JOBS["served"].running() == 0
-    text, _, stats = Client(app_url, verbose=False).predict(
+    text, _, stats, _ = Client(app_url, verbose=False).predict(
         handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe"
     )
     assert text and stats["speculative"]["num_generated"] > 0

@@ -108,7 +108,9 @@ def test_the_page_and_its_api_need_the_key(server):
     assert joined.status_code == 401
     with pytest.raises(ValueError, match="(?i)login"):
         Client(server, auth=("anyone", "not-the-key"), verbose=False)
-    text, _, stats = page(server).predict(handle_file(str(CLIP)), SHARED_DRAFT, "en", api_name="/transcribe")
+    text, _, stats, _ = page(server).predict(
+        handle_file(str(CLIP)), SHARED_DRAFT, "en", api_name="/transcribe"
+    )
     assert text and stats["speculative"]["num_generated"] > 0  # with the key: the real decoding
 
 

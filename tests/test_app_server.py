@@ -34,7 +34,7 @@ def test_compare_an_uploaded_clip(client):
         handle_file(str(CLIP)), SHARED_DRAFT, "de", "transcribe", False, "fixed", 4, 0.0, 0, "sequential",
         reference, api_name="/compare",
     )  # fmt: skip
-    *shown, windows = outputs  # the file timeline comes last: clients' indices of the others still hold
+    *shown, windows, words = outputs  # the newer outputs come last: clients' indices of the others hold
     baseline, speculative, verdict, tokens, metrics, timeline, steps, breakdown, wer_html, details = shown
     assert baseline == speculative and "Identical" in verdict
     assert details["identical"] is True and details["language"] == "de"
@@ -47,6 +47,7 @@ def test_compare_an_uploaded_clip(client):
     (bar,) = json.loads(windows["plot"])["data"]
     assert (bar["x"], bar["width"]) == ([0.0], [4.61])  # the clip's one window, ending with its audio
     assert wer_html.count("WER ") == 2
+    assert words == ""  # no word timestamps asked for
 
 
 def test_bad_upload_is_an_error_and_the_app_keeps_serving(client, tmp_path):
@@ -54,8 +55,11 @@ def test_bad_upload_is_an_error_and_the_app_keeps_serving(client, tmp_path):
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
     with pytest.raises(Exception, match="broken.wav"):
         client.predict(handle_file(str(bad)), SHARED_DRAFT, api_name="/transcribe")
-    text, tokens, stats = client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")
+    text, tokens, stats, words = client.predict(
+        handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe"
+    )
     assert text and "specdec-tokens" in tokens and stats["speculative"]["num_generated"] > 0
+    assert words == "" and stats["words"] is None  # none asked for
 
 
 def test_start_up_without_models_serves_a_plain_explanation(tmp_path):

@@ -1,4 +1,5 @@
-"""One real browser: headless Chromium opens the page, uploads a clip, runs, and sees the coloured tokens.
+"""One real browser: headless Chromium opens the page, uploads a clip, runs, and sees the coloured tokens;
+with word timestamps, a click on a word plays the clip from it.
 
 Uses the system Chromium (Debian's `chromium`, installed by scripts/install-test-deps.sh); nothing
 is downloaded.
@@ -44,11 +45,19 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
         page.screenshot(path=str(screenshot), full_page=True)
         count, rejected = tokens.count(), page.locator("#tokens span.rejected").count()
         # speculative only, after a comparison: nothing of the comparison may stay beside the new text
+        page.get_by_label("Word timestamps").check()
         page.get_by_role("button", name="Transcribe (speculative only)").click()
         page.wait_for_function("document.querySelector('#verdict').innerText.trim() === ''")
         page.wait_for_selector("#tokens .specdec-tokens span.accepted", timeout=120_000)
         after = {name: page.inner_text(f"#{name}") for name in ("verdict", "wer", "baseline-text")}
+        # timed words: a click on one plays the clip from its start, and it is highlighted while it plays
+        word = page.locator("#words .specdec-word").nth(2)
+        start = float(word.get_attribute("data-start"))
+        word.click()
+        page.wait_for_selector("#words .specdec-word.playing", timeout=10_000)
+        position = page.eval_on_selector("#words audio.specdec-player", "player => player.currentTime")
         browser.close()
+    assert start <= position < start + 5
     assert legend_display == "inline-block"
     assert "Identical" in verdict
     assert count > 5 and rejected > 0

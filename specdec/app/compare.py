@@ -17,7 +17,7 @@ import numpy as np
 
 from specdec import longform, scheduler
 from specdec.api import SpeculativeWhisper, Transcription
-from specdec.app import highlight, views
+from specdec.app import highlight, views, word_view
 from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_language, draft_note
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
@@ -287,6 +287,7 @@ def transcript_view(
         "speculative": transcription.result.stats(),
         "windows": views.windows(transcription.result),
         "no_speech": transcription.result.no_speech,
+        "words": word_view.word_dicts(transcription.words),  # with word timestamps: start, end, text
     }
     return views.shown_text(transcription), highlight.spans_html(spans), stats
 
