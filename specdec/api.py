@@ -72,13 +72,21 @@ class Transcription:
         found = {"audio": self.audio, "text": self.text, **self.result.to_dict(), "segments": segments}
         return {**found, "words": words}
 
-    def to_srt(self) -> str:
-        """SubRip subtitles (needs timestamps: `subtitles.NoTimestamps` otherwise)."""
-        return subtitles.srt(self.segments)
+    def to_srt(self, by_word: bool = False) -> str:
+        """SubRip subtitles, a cue per segment (needs timestamps: `subtitles.NoTimestamps` otherwise), or
+        with by_word a cue per word (needs word timestamps)."""
+        return subtitles.srt(self._cues(by_word))
 
-    def to_vtt(self) -> str:
-        """WebVTT subtitles (needs timestamps: `subtitles.NoTimestamps` otherwise)."""
-        return subtitles.vtt(self.segments)
+    def to_vtt(self, by_word: bool = False) -> str:
+        """WebVTT subtitles, a cue per segment or, with by_word, per word (as `to_srt`)."""
+        return subtitles.vtt(self._cues(by_word))
+
+    def _cues(self, by_word: bool) -> tuple[subtitles.Cue, ...] | None:
+        if not by_word:
+            return self.segments
+        if self.words is None:
+            raise subtitles.NoTimestamps("Word-level subtitles", "word")
+        return tuple(subtitles.Cue(word.start, word.end, word.text, ()) for word in self.words)
 
     def to_text(self) -> str:
         """Plain text: one segment per line with timestamps, else the whole text on one line."""
@@ -88,19 +96,30 @@ class Transcription:
         """`to_dict()` as JSON: the transcript, its segments and the full trace."""
         return json.dumps(self.to_dict(), ensure_ascii=False)
 
-    def render(self, output_format: str) -> str:
-        """The transcript in one of `subtitles.FORMATS`: "txt", "srt", "vtt" or "json"."""
-        writers = {"txt": self.to_text, "srt": self.to_srt, "vtt": self.to_vtt, "json": self.to_json}
+    def render(self, output_format: str, by_word: bool = False) -> str:
+        """The transcript in one of `subtitles.FORMATS`: "txt", "srt", "vtt" or "json" (by_word: subtitles
+        with a cue per word)."""
+        writers = {
+            "txt": self.to_text,
+            "srt": lambda: self.to_srt(by_word),
+            "vtt": lambda: self.to_vtt(by_word),
+            "json": self.to_json,
+        }
         if output_format not in writers:
             raise ValueError(f"unknown output format {output_format!r}; choose from {', '.join(writers)}")
         return writers[output_format]()
 
     def save(
-        self, directory: str | Path, formats: Sequence[str] = subtitles.FORMATS, stem: str | None = None
+        self,
+        directory: str | Path,
+        formats: Sequence[str] = subtitles.FORMATS,
+        stem: str | None = None,
+        by_word: bool = False,
     ) -> list[Path]:
         """Write `stem.txt`, `stem.srt`, ... into directory (stem: the audio file's name without its
-        extension); every format is rendered before any file is written. The paths written."""
-        texts = {output_format: self.render(output_format) for output_format in formats}
+        extension; by_word: subtitles with a cue per word); every format is rendered before any file is
+        written. The paths written."""
+        texts = {output_format: self.render(output_format, by_word) for output_format in formats}
         return subtitles.write(texts, directory, stem or Path(self.audio).stem)
 
 

@@ -106,6 +106,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "printed as [start -> end] word, in --json as words",
     )
     transcribe.add_argument(
+        "--word-subtitles",
+        action="store_true",
+        help="SRT and WebVTT files with a cue per word (needs --word-timestamps)",
+    )
+    transcribe.add_argument(
         "--temperature", type=float, default=TranscribeOptions.temperature, help="0: greedy (default)"
     )
     transcribe.add_argument("--top-p", type=float, default=None)
@@ -363,7 +368,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             )
             sys.stdout.flush()
             if formats:
-                speculative.save(args.output_dir or ".", formats)
+                speculative.save(args.output_dir or ".", formats, by_word=args.word_subtitles)
     return exit_code
 
 
@@ -383,12 +388,16 @@ def output_formats(args: argparse.Namespace) -> tuple[str, ...]:
     """The file formats to write (none without --output-format or --output-dir; "all" by default with
     --output-dir), refused when they need timestamps or two inputs would write the same file; the
     folder is made now, so that an unwritable one fails before any decoding."""
+    if args.word_subtitles and not args.word_timestamps:
+        raise ValueError("--word-subtitles needs --word-timestamps (a cue per word needs word times)")
     if args.output_format is None and args.output_dir is None:
+        if args.word_subtitles:
+            raise ValueError("--word-subtitles writes subtitle files: add --output-format srt or vtt")
         return ()
     chosen = args.output_format or "all"
     formats = FORMATS if chosen == "all" else (chosen,)
     timed = [name for name in formats if name in ("srt", "vtt")]
-    if timed and not args.timestamps:
+    if timed and not args.timestamps and not args.word_subtitles:
         implied = "" if args.output_format else " (the default with --output-dir)"
         raise ValueError(f"--output-format {chosen}{implied} needs --timestamps (subtitles need times)")
     seen: set[str] = set()

@@ -23,11 +23,12 @@ VTT_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}  # `&` first; `>` also es
 class NoTimestamps(ValueError):
     """Subtitles asked of a transcript decoded without timestamps."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"{name} needs segment times: decode with timestamps on "
-            "(Python: timestamps=True; command line: --timestamps; app: the Timestamps box)"
-        )
+    def __init__(self, name: str, kind: str = "segment") -> None:
+        if kind == "word":
+            how = "word_timestamps=True; command line: --word-timestamps; app: the Word timestamps box"
+        else:
+            how = "timestamps=True; command line: --timestamps; app: the Timestamps box"
+        super().__init__(f"{name} needs {kind} times: decode with {kind} timestamps on (Python: {how})")
 
 
 @dataclass(frozen=True)

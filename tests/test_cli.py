@@ -132,3 +132,11 @@ def test_word_timestamps_print_and_come_in_json(real_models, capsys):
     assert cli.main(["transcribe", str(clip), *pair, "--json"]) == 0
     words = json.loads(capsys.readouterr().out)["speculative"]["words"]
     assert {"start": 5.76, "end": 6.24, "text": " country"} in words and len(words) == 22
+
+
+def test_word_subtitles_need_word_timestamps(tmp_path, capsys):
+    clip = str(Path(__file__).parent.parent / "assets" / "en-jfk.flac")
+    assert cli.main(["transcribe", clip, "--word-subtitles", "--output-format", "srt"]) == 2
+    assert "--word-subtitles needs --word-timestamps" in capsys.readouterr().err
+    assert cli.main(["transcribe", clip, "--word-subtitles", "--word-timestamps"]) == 2
+    assert "add --output-format srt or vtt" in capsys.readouterr().err

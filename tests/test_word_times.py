@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import srt
 from test_batching import BATCH
 
 from specdec.api import SpeculativeWhisper
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
 from specdec.options import TranscribeOptions
+from specdec.subtitles import NoTimestamps
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CASES = [("en-jfk.flac", False), ("en-weather.wav", True), ("de-bahnhof.wav", False), ("fr-marche.wav", True)]
@@ -66,6 +68,14 @@ def test_words_are_in_order_within_the_audio_and_make_the_text(self_pair):
     country = [(word.start, word.end) for word in found.words if word.text.startswith(" country")]
     assert country == [(5.76, 6.24), (9.94, 10.8)]  # faster-whisper's first "country": 5.76-6.24 s too
     assert found.result.alignment_seconds > 0
+    cues = list(srt.parse(found.to_srt(by_word=True)))  # word-level subtitles: a cue per word
+    assert [(cue.start.total_seconds(), cue.end.total_seconds(), cue.content) for cue in cues] == [
+        (word.start, word.end, word.text.strip()) for word in found.words
+    ]
+    assert found.to_vtt(by_word=True).count(" --> ") == len(found.words)
+    plain = self_pair.transcribe(ASSETS / "en-jfk.flac", return_stats=True)[0]
+    with pytest.raises(NoTimestamps, match="word_timestamps=True"):
+        plain.to_srt(by_word=True)
 
 
 def test_a_batch_times_each_clip_as_alone(self_pair):
