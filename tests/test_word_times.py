@@ -9,6 +9,7 @@ a seeded sampled decoding times its words too, and chunked long-form refuses the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,11 @@ from test_batching import BATCH
 
 from specdec.api import SpeculativeWhisper
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
+from specdec.engine.cache import CachedDecoder
 from specdec.options import TranscribeOptions
 from specdec.subtitles import NoTimestamps
+from specdec.whisper import word_times
+from specdec.whisper.features import encode
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CASES = [("en-jfk.flac", False), ("en-weather.wav", True), ("de-bahnhof.wav", False), ("fr-marche.wav", True)]
@@ -103,3 +107,25 @@ def test_sampled_decoding_times_words_and_chunked_refuses_them(shared_pair):
     long = np.tile(BATCH["en-weather"], 6)
     with pytest.raises(ValueError, match="word timestamps work on sequential long-form"):
         shared_pair.transcribe_waveforms([long], TranscribeOptions.of(options, long_form="chunked"))
+
+
+def test_the_alignment_pass_may_read_the_decodings_keys_and_values(self_pair):
+    """The keys and values a window's decoding computed, handed to the pass that times its words, give the
+    times that projecting the encoder states again gives (the engine hands them over; they cost ~3x less)."""
+    target = self_pair.pair.target
+    found = self_pair.transcribe(ASSETS / "en-jfk.flac", word_timestamps=True, return_stats=True)[0]
+    waveform, extractor = load_audio(ASSETS / "en-jfk.flac"), target.processor.feature_extractor
+    features = extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    states, _ = encode(target.model, features)
+    decoder = CachedDecoder(target.model, states)
+    assert decoder.cross_keys_values_of(0) is None  # not computed before the first feed
+    prompt = list(found.result.prompt_ids)
+    decoder.feed([prompt])
+    cross = decoder.cross_keys_values_of(0)
+    sequence = [*prompt, *found.token_ids, target.model.generation_config.eos_token_id]
+    frames = math.ceil(
+        len(load_audio(ASSETS / "en-jfk.flac")) / target.processor.feature_extractor.hop_length
+    )
+    reused = word_times.token_times(target.model, states[0], sequence, len(prompt), frames, cross)
+    assert reused == word_times.token_times(target.model, states[0], sequence, len(prompt), frames)
+    assert [end for _, end in found.result.token_spans] == [round(t, 2) for t in reused[len(prompt) : -1]]

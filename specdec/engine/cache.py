@@ -193,6 +193,15 @@ class CachedDecoder(RowLengths):
                     cross.layers[i].values = torch.cat([cross.layers[i].values, values])
         self.lengths += [0] * count
 
+    def cross_keys_values_of(self, row: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """Row `row`'s cross-attention keys and values per decoder layer, (1, heads, 1500, head_dim) each,
+        copied (they outlive the row); None until the first feed has computed them."""
+        cross = self.cache.cross_attention_cache
+        if not all(self.cache.is_updated.get(i) for i in range(len(cross.layers))):
+            return None
+        rows = slice(row, row + 1)
+        return [(layer.keys[rows].clone(), layer.values[rows].clone()) for layer in cross.layers]
+
     def keep(self, rows: list[int]) -> None:
         """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""
         if rows == list(range(self.batch_size)):

@@ -212,6 +212,7 @@ class WindowBatch:
         self._clips: dict[int, ClipDecoding] = {}  # id(row) -> the clip whose window it is
         self._states: dict[int, torch.Tensor] = {}  # id(row) -> its window's encoder states (1500, d_model),
         # while it decodes, for a row with word timestamps
+        self._cross: dict[int, word_times.KeysValues] = {}  # id(row) -> its cross-attention keys and values
         self._arrival: dict[int, int] = {}  # id(clip) -> its place in the order clips joined
         self._draft_frames = WINDOW_FRAMES  # feature frames a separate draft's encoder reads in this batch
 
@@ -259,24 +260,36 @@ class WindowBatch:
         finished = []
         for row in self.batch.step():
             clip = self._clips.pop(id(row))
-            states = self._states.pop(id(row), None)
+            states, cross = self._states.pop(id(row), None), self._cross.pop(id(row), None)
             if clip.done:  # dropped
                 continue
-            times = None if states is None else self._token_times(clip, row, states)
+            times = None if states is None else self._token_times(clip, row, states, cross)
             clip.finish_window(row, config, self.clock, times)
             if self.on_window is not None:
                 self.on_window(clip)
             (finished if clip.done else self.waiting).append(clip)
         for clip in finished:
             del self._arrival[id(clip)]
+        self._keep_cross()
         return finished
 
-    def _token_times(self, clip: ClipDecoding, row: Row, states: torch.Tensor) -> list[float]:
+    def _keep_cross(self) -> None:
+        """Word-timed rows keep their cross-attention keys and values once the target has computed them,
+        for their alignment pass (a row that finishes at its first pass has its computed again there)."""
+        for b, row in enumerate(self.rows):
+            if id(row) in self._states and id(row) not in self._cross:
+                cross = self.batch.target.cross_keys_values_of(b)
+                if cross is not None:
+                    self._cross[id(row)] = cross
+
+    def _token_times(
+        self, clip: ClipDecoding, row: Row, states: torch.Tensor, cross: word_times.KeysValues | None
+    ) -> list[float]:
         """A finished window's token times (`word_times.token_times`), the extra pass timed on the clock."""
         start = time.perf_counter()
         model = self.pair.target.model
         frames = clip.features.audio_frames or clip.window_frames  # a short clip's audio, not its padding
-        times = word_times.token_times(model, states, row.sequence, row.prompt_length, frames)
+        times = word_times.token_times(model, states, row.sequence, row.prompt_length, frames, cross)
         clip.alignment_seconds += time.perf_counter() - start
         return times
 

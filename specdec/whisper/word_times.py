@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import WhisperForConditionalGeneration
+from transformers import DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
 from transformers.generation.utils import GenerateEncoderDecoderOutput
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, _combine_tokens_into_words
 
@@ -36,23 +36,30 @@ class NoAlignmentHeads(ValueError):
     """The target's generation config names no alignment heads, so it cannot time words."""
 
 
+# per decoder layer, a window's cross-attention keys and values, (1, heads, 1500, head_dim) each
+KeysValues = list[tuple[torch.Tensor, torch.Tensor]]
+
+
 def token_times(
     model: WhisperForConditionalGeneration,
     encoder_states: torch.Tensor,
     sequence: Sequence[int],
     prompt_length: int,
     num_frames: int,
+    cross: KeysValues | None = None,
 ) -> list[float]:
     """generate()'s token_timestamps for one window: len(sequence) times in seconds from the window's start,
     token i ending at times[i] (the forced prompt's are 0). encoder_states: (1500, d_model), the window's;
-    sequence: its forced prompt and generated tokens; num_frames: its mel frames of audio."""
+    sequence: its forced prompt and generated tokens; num_frames: its mel frames of audio; cross: the
+    window's cross-attention keys and values as its decoding computed them (not computed again)."""
     heads = getattr(model.generation_config, "alignment_heads", None)
     if not heads:
         raise NoAlignmentHeads("the target's generation config has no alignment_heads: no word timestamps")
     device = encoder_states.device
     with torch.inference_mode():  # the last token's attention is never needed, as in generate()
         input_ids = torch.tensor([list(sequence[:-1])], device=device)
-        attentions = cross_attentions(model, encoder_states[None], input_ids, {layer for layer, _ in heads})
+        layers = {layer for layer, _ in heads}
+        attentions = cross_attentions(model, encoder_states[None], input_ids, layers, cross)
         sequences = torch.tensor([list(sequence)], device=device)
         outputs = GenerateEncoderDecoderOutput(sequences=sequences, cross_attentions=(attentions,))
         times = model._extract_token_timestamps(
@@ -66,11 +73,13 @@ def cross_attentions(
     encoder_states: torch.Tensor,
     input_ids: torch.Tensor,
     layers: set[int],
+    cross: KeysValues | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Per decoder layer, the cross-attention probabilities (1, heads, tokens, frames) that eager attention
     computes, for `layers` (zeros for the others): one decoder pass as the model runs it (any attention
     implementation), its cross-attention inputs read on the way and the probabilities computed from them.
-    encoder_states: (1, 1500, d_model); input_ids: (1, tokens)."""
+    encoder_states: (1, 1500, d_model); input_ids: (1, tokens); cross: the keys and values to attend to
+    (`KeysValues`; None: computed from encoder_states)."""
     decoder, caller = model.model.decoder, threading.get_ident()
     inputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -86,8 +95,14 @@ def cross_attentions(
         decoder.layers[layer].encoder_attn.register_forward_pre_hook(reader(layer), with_kwargs=True)
         for layer in layers
     ]
+    cache = None
+    if cross is not None:  # the decoding's own: the pass reads them instead of projecting the states again
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        for layer, (keys, values) in enumerate(cross):
+            cache.cross_attention_cache.update(keys, values, layer)
+            cache.is_updated[layer] = True
     try:
-        decoder(input_ids=input_ids, encoder_hidden_states=encoder_states)
+        decoder(input_ids=input_ids, encoder_hidden_states=encoder_states, past_key_values=cache)
     finally:
         for hook in hooks:
             hook.remove()
@@ -100,7 +115,10 @@ def cross_attentions(
             continue
         hidden, states = inputs[layer]
         query = (attention.q_proj(hidden) * attention.scaling).view(1, -1, heads, head_dim).transpose(1, 2)
-        key = attention.k_proj(states).view(1, -1, heads, head_dim).transpose(1, 2)
+        if cross is not None:
+            key = cross[layer][0]
+        else:
+            key = attention.k_proj(states).view(1, -1, heads, head_dim).transpose(1, 2)
         found.append(torch.softmax(query @ key.transpose(2, 3), dim=-1))  # eager's, scaled as it scales
     return tuple(found)
 
