@@ -75,3 +75,20 @@ def test_a_streamed_transcription_adds_up_to_the_text(server):
     deltas = [event.delta for event in events if event.type == "transcript.text.delta"]
     assert events[-1].type == "transcript.text.done" and "".join(deltas) == events[-1].text
     assert 1 < len(deltas) < len(events[-1].text.split())  # several words a pass: the draft's, accepted
+
+
+def test_text_deltas_split_no_character_and_add_up(real_models):
+    """Told token by token, the deltas never cut a character whose bytes span tokens; they make the text."""
+    from transformers import WhisperTokenizer
+
+    from specdec.app.openai_schema import TextDeltas
+
+    tokenizer = WhisperTokenizer.from_pretrained(real_models["base"])
+    text = " Grüße aus Köln 😀, 東京 und zurück."
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    sent: list[str] = []
+    deltas = TextDeltas(tokenizer, sent.append)
+    for end in range(1, len(ids) + 1):
+        deltas(ids[:end])
+    assert "".join(sent) == text.strip() and not any("\ufffd" in piece for piece in sent)
+    assert len(sent) < len(ids)  # some tokens held a part of a character only

@@ -166,27 +166,33 @@ def submit(schedule, stop, store: ModelStore, asked: Asked) -> Future:
     handed to the pair's batch; the future of its Answer."""
     whisper, options, waveform = _prepared(store, asked)
     name, seconds = Path(asked.request.audio).name, len(waveform) / SAMPLE_RATE
-    on_tokens = None if asked.on_text is None else TextDeltas(whisper.decode_text, asked.on_text)
+    tokenizer = whisper.pair.target.processor.tokenizer
+    on_tokens = None if asked.on_text is None else TextDeltas(tokenizer, asked.on_text)
     decoding = schedule(whisper).submit(waveform, options, name, stop, on_tokens)
     return scheduler.chained(decoding, lambda transcription: Answer(transcription, seconds))
 
 
 class TextDeltas:
     """A request's settled target ids, as the scheduler tells them, -> the text each telling adds, handed to
-    `send` (OpenAI's transcript.text.delta); a character whose bytes span tokens waits for its last one."""
+    `send` (OpenAI's transcript.text.delta). Each telling decodes only the tokens after those already sent
+    (Whisper's byte-level tokenizer spells a sequence as its parts spelled one after another), so a long
+    stream costs no more per step; a character whose bytes span tokens waits for its last one."""
 
-    def __init__(self, decode_text: Callable[[Sequence[int]], str], send: Callable[[str], None]) -> None:
-        self.decode_text = decode_text
+    def __init__(self, tokenizer, send: Callable[[str], None]) -> None:
+        self.tokenizer = tokenizer
         self.send = send
-        self.sent = ""  # the text handed on so far
+        self.told = 0  # tokens whose text was handed on
+        self.started = False  # some text was handed on (the text's leading space is dropped, as its own)
 
     def __call__(self, token_ids: Sequence[int]) -> None:
-        text = self.decode_text(token_ids)
-        if text.endswith("\ufffd") or not text.startswith(self.sent):
-            return  # half a character, or text written otherwise: a later telling or the done event has it
-        delta, self.sent = text[len(self.sent) :], text
-        if delta:
-            self.send(delta)
+        piece = self.tokenizer.decode(list(token_ids[self.told :]), skip_special_tokens=True)
+        if piece.endswith("\ufffd"):
+            return  # half a character: a later telling completes it
+        piece = piece if self.started else piece.lstrip()
+        self.told = len(token_ids)
+        if piece:
+            self.started = True
+            self.send(piece)
 
 
 def _prepared(store: ModelStore, asked: Asked):
