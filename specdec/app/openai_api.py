@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -35,7 +36,7 @@ from starlette.types import Message
 
 from specdec.app import openai_schema
 from specdec.app.jobs import API, Caller, Jobs, QueueFull
-from specdec.app.openai_schema import Answer, ApiError, Asked, model_ids
+from specdec.app.openai_schema import ApiError, Asked, model_ids
 from specdec.app.store import ModelStore, RefusedAudio, UserError
 
 MAX_FIELD_BYTES = 64 * 1024  # each form field beside the file (a prompt's last 223 tokens need far less)
@@ -43,6 +44,7 @@ FORM_ROOM = 256 * 1024  # request bytes allowed beyond the file: the other field
 RETRY_AFTER_SECONDS = 10
 DISCONNECT_POLL_SECONDS = 0.25
 logger = logging.getLogger("specdec.app")
+T = TypeVar("T")
 
 
 def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | None = None) -> list[BaseRoute]:
@@ -211,16 +213,12 @@ async def _streamed(
     work = asyncio.ensure_future(jobs.batched(caller, openai_schema.submit, store, asked))
     first = asyncio.ensure_future(deltas.get())
     try:  # until its first text, the client is watched as a plain request's is
-        while not (
-            await asyncio.wait([work, first], timeout=DISCONNECT_POLL_SECONDS, return_when="FIRST_COMPLETED")
-        )[0]:
-            if await request.is_disconnected():
-                logger.info(
-                    "a streaming API client left before its first text: its transcription was stopped"
-                )
-                first.cancel()
-                await _stopped(work)
-                return Response(status_code=499)  # nobody reads it
+        first_or_end = asyncio.wait([work, first], return_when=asyncio.FIRST_COMPLETED)
+        if await _while_connected(request, first_or_end) is None:
+            logger.info("a streaming API client left before its first text: its transcription was stopped")
+            first.cancel()
+            await _stopped(work)
+            return Response(status_code=499)  # nobody reads it
     except asyncio.CancelledError:
         first.cancel()
         await _stopped(work)
@@ -267,9 +265,9 @@ def _event(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _while_connected(request: Request, work: Awaitable[Answer]) -> Answer | None:
-    """The work's answer; None if the client disconnects first: the work is then cancelled, and
-    `Jobs.run` stops its decoding and waits until it has."""
+async def _while_connected(request: Request, work: Awaitable[T]) -> T | None:
+    """The work's result; None if the client disconnects first: the work is then cancelled (`Jobs.run`
+    stops its decoding and waits until it has)."""
     task = asyncio.ensure_future(work)
     while not (await asyncio.wait([task], timeout=DISCONNECT_POLL_SECONDS))[0]:
         if await request.is_disconnected():

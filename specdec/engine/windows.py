@@ -42,6 +42,7 @@ from specdec.whisper.tokens import (
     language_ids,
     split_window,
     timestamp_begin,
+    timestamp_pair_ends,
 )
 
 MAX_WINDOWS = 64  # per 30 s of audio: a guard against a seek loop that stops advancing (generate() has none)
@@ -117,8 +118,7 @@ class ClipDecoding:
         """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window.
         A window judged no speech keeps nothing and seeks past itself, as generate() skips it. times: the
         window's token times (`word_times.token_times`), with word timestamps."""
-        eos = row.pipeline.eos_token_id
-        generated = row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
+        generated = _without_end_of_text(row)
         avg_logprob, no_speech = None, False
         if row.no_speech is not None:
             avg_logprob = row.no_speech.avg_logprob(row.token_logprobs)
@@ -154,10 +154,8 @@ class ClipDecoding:
         a no-speech rule may still empty it."""
         if row is None or row.finished or row.no_speech is not None:
             return list(self.output)
-        eos = row.pipeline.eos_token_id
-        generated = row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
-        begin = timestamp_begin(config)
-        pair_ends = [i + 2 for i in range(len(generated) - 1) if min(generated[i : i + 2]) >= begin]
+        generated = _without_end_of_text(row)
+        pair_ends = timestamp_pair_ends(generated, timestamp_begin(config))
         return self.output + generated[: pair_ends[-1] if pair_ends else len(generated)]
 
     def result(self, config: GenerationConfig) -> DecodeResult:
@@ -427,6 +425,12 @@ def decode_clips(
         ClipDecoding(features, make_generator(options, device), options, speculative) for features in clips
     ]
     return WindowBatch(pair, clock, encoder, make_drafter, on_window).run(decodings)
+
+
+def _without_end_of_text(row: Row) -> list[int]:
+    """A window's generated tokens, its end-of-text left out."""
+    eos = row.pipeline.eos_token_id
+    return row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
 
 
 def _drafting(clips: list[ClipDecoding], rows: list[Row]) -> list[ClipDecoding]:

@@ -90,11 +90,16 @@ def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) ->
     """
     is_timestamp = [token >= timestamp_begin for token in tokens]
     single_ending = is_timestamp[-2:] == [False, True]
-    pair_ends = [i + 1 for i in range(len(tokens) - 1) if is_timestamp[i] and is_timestamp[i + 1]]
+    pair_ends = timestamp_pair_ends(tokens, timestamp_begin)
     if not pair_ends or single_ending:
         return len(tokens), window_frames
-    kept = pair_ends[-1] + 1
+    kept = pair_ends[-1]
     return kept, (tokens[kept - 2] - timestamp_begin) * INPUT_STRIDE
+
+
+def timestamp_pair_ends(tokens: list[int], timestamp_begin: int) -> list[int]:
+    """Where each pair of timestamp tokens in a row ends: the index just past its second timestamp."""
+    return [i + 2 for i in range(len(tokens) - 1) if min(tokens[i : i + 2]) >= timestamp_begin]
 
 
 def language_code(config: GenerationConfig, language_id: int | None) -> str:
