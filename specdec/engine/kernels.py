@@ -4,21 +4,18 @@ A decoder step multiplies a few token vectors by every weight matrix: memory-bou
 of the weight decides how close to the machine's bandwidth a product runs. PyTorch's default CPU path
 (MKL on the row-major `nn.Linear` weight, one dot product per output) streams a wide matrix such as the
 output projection at a fraction of the bandwidth, and 2-10 tokens at once cost about as many one-token
-products. So a PackedLinear picks, per call:
-- several tokens (a verify pass of k+1, a prompt): the weight reordered once into oneDNN's blocked layout
-  (`torch.ops.mkldnn._reorder_linear_weight`): k+1 tokens cost ~1.1-2x one token instead of k+1 times;
-- one token, a layer wider than it is deep (the output projection, the MLP's first layer): the weight
-  transposed once, (in, out), so that the product runs along its rows (whisper-base's 51865 x 512
-  projection: 5.4-5.9 ms against 9.5-9.8 ms for the stock kernel and 6.0-6.9 ms packed, on the benchmark
-  machine; the MLP's 2048 x 512 the same as stock, 0.11 ms);
-- one token, any other layer: the stock kernel, already the fastest there.
+products. A PackedLinear multiplies with its weight reordered once into oneDNN's blocked layout
+(`torch.ops.mkldnn._reorder_linear_weight`): k+1 tokens cost ~1.1-2x one token instead of k+1 times,
+and one token is fastest there too (whisper-base's 51865 x 512 output projection, one token, on the
+development machine: 1.9 ms packed, 3.5 ms on the weight transposed to (in, out), 6.5 ms stock; its
+whole decoder step 12.4 -> 7.8 ms against the transposed layout the one-token path used before).
 See docs/benchmarks.md for the measurements.
 
 This changes the model, so it is explicit and reversible: `pack(model)` makes the decoder's `nn.Linear`
 layers (and the output projection) `PackedLinear`, a subclass that keeps its parameters (state dicts,
-tying and `.to()` are unchanged) and makes each other layout on first use (memory: up to two more copies
+tying and `.to()` are unchanged) and makes the packed layout on first use (memory: one more copy
 of the decoder's weights); `unpack(model)` makes them `nn.Linear` again. `SpeculativeWhisper` packs the
-models it loads itself; a pair passed in is left as it is. The other layouts are used only inside
+models it loads itself; a pair passed in is left as it is. The packed layout is used only inside
 `active()`, which the engine's decoder cache enters: anyone else calling the same model (transformers'
 `generate()` included) gets the stock kernels. Results differ from the stock kernels by float rounding
 only (summation order), as the stock kernels already differ between one token and several; the tests
@@ -38,7 +35,7 @@ from torch import nn
 
 BATCH_HINT = 8  # rows the packed layout is tuned for: a verify pass of k+1 tokens (1-12 are all fast)
 
-COPIES = ("_packed", "_transposed")  # the weight's other layouts a PackedLinear may hold
+COPIES = ("_packed",)  # the weight's other layouts a PackedLinear may hold
 _state = threading.local()  # per thread: is the packed path active (a Gradio server decodes in threads)
 
 
@@ -49,20 +46,13 @@ def available() -> bool:
 
 
 class PackedLinear(nn.Linear):
-    """An nn.Linear that, inside `active()`, multiplies with its weight in the layout that suits the call."""
+    """An nn.Linear that, inside `active()`, multiplies with its weight in oneDNN's packed layout."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not getattr(_state, "active", False) or x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)
-        if x.numel() == x.shape[-1]:  # one token: a matrix-vector product
-            if self.out_features <= self.in_features:
-                return F.linear(x, self.weight, self.bias)
-            transposed = self._copy("_transposed", lambda weight: weight.t().contiguous())  # (in, out)
-            rows = x.reshape(1, -1)
-            output = torch.addmm(self.bias, rows, transposed) if self.bias is not None else rows @ transposed
-            return output.reshape(*x.shape[:-1], self.out_features)
         packed = self._copy(
             "_packed", lambda weight: torch.ops.mkldnn._reorder_linear_weight(weight, BATCH_HINT)
         )
