@@ -120,6 +120,26 @@ def test_batch_equals_each_clip_alone(real_pair):
     assert [row.language for row in together] == ["en", "de", "en"]
 
 
+def test_detected_language_is_generates_own_alone_and_in_a_batch(real_pair):
+    """The engine detects from its own decoder pass (whose cross-attention keys and values the decoding then
+    reuses); it must pick the language transformers' `detect_language` picks, for every asset."""
+    names = sorted(path.stem for path in ASSETS.glob("*.wav"))
+    target = real_pair.pair.target
+    with torch.inference_mode():
+        expected = [
+            int(target.model.detect_language(input_features=features(target, clip(name)))[0]) for name in names
+        ]
+    config = target.model.generation_config
+    id_to_language = {token_id: token[2:-2] for token, token_id in config.lang_to_id.items()}
+    run = TranscribeOptions(speculative=False, max_new_tokens=1)
+    alone = [real_pair.transcribe_waveforms([clip(name)], run)[0].language for name in names]
+    together = real_pair.transcribe_waveforms(
+        [clip(name) for name in names], TranscribeOptions.of(run, batch_size=len(names))
+    )
+    assert alone == [row.language for row in together] == [id_to_language[i] for i in expected]
+    assert len(set(alone)) >= 3  # en, de and th (es-biblioteca) at least: rows with different languages
+
+
 def test_long_form_equals_generate(real_pair):
     """Over 30 s: generate()'s own long-form algorithm, window by window, speculative inside each window."""
     waveform = np.concatenate([clip(name) for name in (*ENGLISH, *ENGLISH, *ENGLISH)])

@@ -174,6 +174,14 @@ class CachedDecoder(RowLengths):
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [output.logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
 
+    def peek(self, rows: list[int], token_ids: list[int]) -> torch.Tensor:
+        """Logits (len(rows), vocab) predicting the token after `token_ids` appended to each of `rows`, the
+        cache then as it was (the cross-attention keys and values stay computed, for the rows' decoding)."""
+        lengths = list(self.lengths)
+        logits = self.feed([token_ids if b in rows else [] for b in range(self.batch_size)])
+        self.rollback(lengths)
+        return torch.stack([logits[b][-1] for b in rows])
+
     @torch.inference_mode()
     def add(self, encoder_hidden_states: torch.Tensor) -> None:
         """New rows at the end of the batch, with no tokens yet: encoder_hidden_states (rows, 1500,

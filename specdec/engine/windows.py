@@ -37,6 +37,7 @@ from specdec.whisper.models import DraftKind, ModelPair
 from specdec.whisper.tokens import (
     FRAME_SECONDS,
     WINDOW_FRAMES,
+    detected_languages,
     forced_prompt,
     language_code,
     language_ids,
@@ -306,20 +307,29 @@ class WindowBatch:
         hidden = _encode(
             self.encoder, target, [c.features.target for c in clips], clips, "target", self.clock
         )
-        _set_languages(self.pair, clips, hidden)
+        decoder = self._target_decoder(hidden)
+        _set_languages(target.generation_config, clips, decoder, decoder.batch_size - len(clips))
         rows = [clip.next_row(self.pair, target.device) for clip in clips]
         for row, states in zip(rows, hidden, strict=True):  # kept for its word timestamps, if asked for
             if row.options.word_timestamps:
                 self._states[id(row)] = states
         if self.batch is None:
-            self._start(hidden, clips, rows)
+            self._start(decoder, hidden, clips, rows)
         else:
-            self.batch.target.add(hidden)
             self._add_drafting(hidden, clips, rows)
             self.batch.add(rows)
         self._clips.update({id(row): clip for row, clip in zip(rows, clips, strict=True)})
 
-    def _start(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> None:
+    def _target_decoder(self, hidden: torch.Tensor) -> CachedDecoder:
+        """The target's decoder with rows for these encoder states at its end: the batch's, or a new one."""
+        if self.batch is None:
+            return CachedDecoder(self.pair.target.model, hidden)
+        self.batch.target.add(hidden)
+        return self.batch.target
+
+    def _start(
+        self, decoder: CachedDecoder, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]
+    ) -> None:
         if self.make_drafter is not None and any(row.drafts for row in rows):
             for row in rows:  # a plug-in drafter gets the draft model of every row, as the seek loop gave it
                 row.drafts = True
@@ -332,7 +342,7 @@ class WindowBatch:
             for row in rows:  # a plug-in drafter proposes for every row (it may hold a draft model back)
                 row.drafts = drafter is not None
         policy = self._policy(clips[0].options) if drafter is not None else None
-        self.batch = Batch(CachedDecoder(self.pair.target.model, hidden), drafter, policy, self.clock)
+        self.batch = Batch(decoder, drafter, policy, self.clock)
         self.batch.add(rows)
 
     def _add_drafting(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> None:
@@ -437,16 +447,23 @@ def _drafting(clips: list[ClipDecoding], rows: list[Row]) -> list[ClipDecoding]:
     return [clip for clip, row in zip(clips, rows, strict=True) if row.drafts]
 
 
-def _set_languages(pair: ModelPair, clips: list[ClipDecoding], hidden: torch.Tensor) -> None:
-    """The language of each clip that starts now: its options' language, else the target's detection (one
-    batched detection for the clips that need one)."""
+def _set_languages(
+    config: GenerationConfig, clips: list[ClipDecoding], decoder: CachedDecoder, first_row: int
+) -> None:
+    """The language of each clip that starts now (clip i is the decoder's row first_row + i): its options'
+    language, else the target's detection from its logits after `<|startoftranscript|>`, one pass for the
+    clips that need one. That pass computes the rows' cross-attention keys and values, which their decoding
+    then reuses (transformers' `detect_language` computes them once more)."""
     starting: dict[str | None, list[int]] = {}
     for i, clip in enumerate(clips):
         if clip.first_prompt is None:
             starting.setdefault(clip.options.language, []).append(i)
     for group in starting.values():
-        detected = language_ids(pair, clips[group[0]].options, hidden[group])
-        for i, language_id in zip(group, detected, strict=True):
+        languages = language_ids(config, clips[group[0]].options, len(group))
+        if languages is None:
+            logits = decoder.peek([first_row + i for i in group], [config.decoder_start_token_id])
+            languages = detected_languages(config, logits)
+        for i, language_id in zip(group, languages, strict=True):
             clips[i].language_id = language_id
 
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import torch
 from transformers import GenerationConfig
-from transformers.modeling_outputs import BaseModelOutput
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
 
 from specdec.options import DecodeOptions
-from specdec.whisper.models import ModelPair
 
 WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
 INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
@@ -58,27 +56,23 @@ def forced_prompt(
     return prompt
 
 
-def detect_language(pair: ModelPair, encoder_hidden_states: torch.Tensor) -> list[int]:
-    """Per row of encoder output (batch, 1500, d_model), the target's most likely language token after
-    `<|startoftranscript|>` (generate()'s own method)."""
-    target = pair.target.model
-    with torch.inference_mode():
-        language_ids = target.detect_language(
-            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states),
-            generation_config=target.generation_config,
-        )
-    return [int(language_id) for language_id in language_ids]
-
-
-def language_ids(pair: ModelPair, options: DecodeOptions, hidden: torch.Tensor) -> list[int | None]:
-    """The language token of each row's prompt (hidden: (batch, 1500, d_model)): None for an English-only
-    model, options.language if given, else detected by the target."""
-    config = pair.target.model.generation_config
-    if not getattr(config, "is_multilingual", False):
-        return [None] * hidden.shape[0]
+def language_ids(
+    generation_config: GenerationConfig, options: DecodeOptions, rows: int
+) -> list[int | None] | None:
+    """The language token of each of `rows` prompts when nothing is to be detected: None per row for an
+    English-only model, options.language's token if given; None (no list) when the target must detect it."""
+    if not getattr(generation_config, "is_multilingual", False):
+        return [None] * rows
     if options.language is not None:
-        return [language_token_id(config, options.language)] * hidden.shape[0]
-    return detect_language(pair, hidden)
+        return [language_token_id(generation_config, options.language)] * rows
+    return None
+
+
+def detected_languages(generation_config: GenerationConfig, logits: torch.Tensor) -> list[int]:
+    """Per row of the target's logits after `<|startoftranscript|>` alone (rows, vocab), its most likely
+    language token: what `generate()`'s `detect_language` picks (the other tokens masked, then argmax)."""
+    language = torch.tensor(sorted(generation_config.lang_to_id.values()), device=logits.device)
+    return language[logits[:, language].argmax(-1)].tolist()
 
 
 def split_window(tokens: list[int], timestamp_begin: int, window_frames: int) -> tuple[int, int]:
