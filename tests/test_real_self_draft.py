@@ -63,3 +63,20 @@ def test_self_draft_is_accepted_on_real_english_and_drafts_german(decoded):
     german = decoded["de-forced"].result
     assert german.num_drafted > 0 and german.num_accepted > 0  # an English-only draft is not even run here
     print(f"acceptance: jfk {jfk.acceptance_rate:.2f}, de-bahnhof {german.acceptance_rate:.2f}")
+
+
+def test_self_draft_is_not_run_outside_the_languages_and_task_it_was_trained_for(self_pair):
+    """Its recipe names the twelve languages it learnt to transcribe; es-biblioteca, which base hears as
+    Thai, and a translation are decoded by the target alone (nothing drafted), its own output as always;
+    German transcription is drafted."""
+    assert self_pair.pair.draft.trained_languages == frozenset("cs de en es fr it nl pl pt ru sv tr".split())
+    cases = [
+        ("es-biblioteca.wav", DecodeOptions(), "th", False),
+        ("de-bahnhof.wav", DecodeOptions(task="translate"), "de", False),
+        ("de-bahnhof.wav", DecodeOptions(), "de", True),
+    ]
+    for name, options, language, drafts in cases:
+        speculative = self_pair.transcribe(ASSETS / name, options, return_stats=True)[0]
+        alone = self_pair.transcribe(ASSETS / name, options, return_stats=True, speculative=False)[0]
+        assert speculative.language == language and speculative.token_ids == alone.token_ids, name
+        assert (speculative.result.num_drafted > 0) is drafts, (name, options)

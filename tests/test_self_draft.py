@@ -76,15 +76,20 @@ def test_self_draft_decodes_losslessly_with_accepted_and_rejected_proposals(demo
     whisper = SpeculativeWhisper(str(distilled), str(demo_models["target"]), device="cpu")
     assert whisper.pair.kind is DraftKind.SHARED_ENCODER
     assert whisper.pair.draft.model.model.encoder is whisper.pair.target.model.model.encoder
+    assert whisper.pair.draft.trained_languages == {"en", "de"}
     drafted = accepted = 0
-    for name in ("en-jfk.flac", "de-bahnhof.wav", "es-biblioteca.wav"):
-        for options in (DecodeOptions(), DecodeOptions(timestamps=True)):
+    # the random target's detected language is arbitrary: the languages the draft was trained in are forced
+    for name, language in (("en-jfk.flac", "en"), ("de-bahnhof.wav", "de"), ("es-biblioteca.wav", "de")):
+        for options in (DecodeOptions(language=language), DecodeOptions(language=language, timestamps=True)):
             speculative = whisper.transcribe(ASSETS / name, options, return_stats=True)[0]
             alone = whisper.transcribe(ASSETS / name, options, return_stats=True, speculative=False)[0]
             assert speculative.token_ids == alone.token_ids, name
             result = speculative.result
             drafted, accepted = drafted + result.num_drafted, accepted + result.num_accepted
     assert 0 < accepted < drafted, (accepted, drafted)
+    for options in (DecodeOptions(language="es"), DecodeOptions(language="de", task="translate")):
+        untrained = whisper.transcribe(ASSETS / "es-biblioteca.wav", options, return_stats=True)[0]
+        assert untrained.result.num_drafted == 0, options  # the target alone: the draft never learnt these
 
 
 def test_self_draft_is_refused_for_another_targets_weights(demo_models, distilled, tmp_path):

@@ -225,11 +225,16 @@ def model_summary(model: LoadedModel) -> str:
 
 
 def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> str:
-    """A line for the page when an English-only draft meets another language or a translation, else ''."""
-    if whisper.pair.draft_fits(language, task):
+    """A line for the page when the draft cannot propose for this language or task, else ''."""
+    pair = whisper.pair
+    if pair.draft_fits(language, task):
         return ""
     what = "translating" if task == "translate" else f"on {language or 'non-English'} audio"
+    if pair.english_only_draft:
+        draft = f"{pair.draft.name} drafts English only"
+    else:
+        draft = f"The self-draft was trained to transcribe {', '.join(sorted(pair.draft.trained_languages))}"
     return (
-        f"{whisper.pair.draft.name} drafts English only: {what} the target decodes alone (the draft is not "
-        "run). The output is the target's own either way."
+        f"{draft}: {what} the target decodes alone (the draft is not run). The output is the target's own "
+        "either way."
     )

@@ -72,6 +72,9 @@ class LoadedModel:
     model: WhisperForConditionalGeneration
     processor: WhisperProcessor
     source: str = ""  # where the weights came from, for people (hub, folder, bundled package)
+    # a draft's: the languages it was trained to propose in (a self-draft's, from its recipe), and then
+    # for transcription only (it learnt from transcripts); None: every language its model knows
+    trained_languages: frozenset[str] | None = None
 
     @property
     def num_parameters(self) -> int:
@@ -109,9 +112,14 @@ class ModelPair:
         return is_multilingual(self.target) and self.draft is not None and not is_multilingual(self.draft)
 
     def draft_fits(self, language: str | None, task: str) -> bool:
-        """False when an English-only draft meets another language or a translation: its proposals would be
-        rejected, so the target decodes such windows alone (`engine.windows`)."""
-        return not self.english_only_draft or (language in ("en", None) and task == "transcribe")
+        """False when the draft meets a language or task it cannot propose for (an English-only draft on
+        other speech or a translation; a self-draft outside the languages it was trained in, or
+        translating): its proposals would be rejected, so the target decodes such windows alone
+        (`engine.windows`), without paying for the draft."""
+        if self.english_only_draft:
+            return language in ("en", None) and task == "transcribe"
+        trained = self.draft.trained_languages if self.draft is not None else None
+        return trained is None or (task == "transcribe" and (language is None or language in trained))
 
 
 def is_multilingual(model: LoadedModel) -> bool:
@@ -259,7 +267,8 @@ def load_self_draft(name: str, target: LoadedModel) -> LoadedModel:
     source = (
         f"self-draft {folder.name}, {len(model.model.decoder.layers)} decoder layers on the target's encoder"
     )
-    return LoadedModel(name=str(folder), model=model, processor=target.processor, source=source)
+    languages = self_draft.read_recipe(folder).languages
+    return LoadedModel(str(folder), model, target.processor, source, trained_languages=languages)
 
 
 def make_pair(target: LoadedModel, draft: LoadedModel) -> ModelPair:

@@ -46,6 +46,16 @@ class SelfDraft:
     layers: tuple[int, ...]  # the target's decoder layers it started from
     recipe: dict  # how it was trained, and what it measured (free-form, for people)
 
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages it was trained in: those of its training tokens, else of its held-out report;
+        None when its recipe names none."""
+        data = self.recipe.get("recipe", {})
+        by_language = data.get("data", {}).get("training_tokens_by_language")
+        report = data.get("held_out_agreement", {}).get("draft", {})
+        names = by_language or {name.split("+")[0] for name in report if name != "overall"}
+        return frozenset(names) or None
+
 
 def is_self_draft(folder: str | Path) -> bool:
     return (Path(folder).expanduser() / RECIPE_FILE).is_file()
