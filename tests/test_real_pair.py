@@ -126,9 +126,8 @@ def test_detected_language_is_generates_own_alone_and_in_a_batch(real_pair):
     names = sorted(path.stem for path in ASSETS.glob("*.wav"))
     target = real_pair.pair.target
     with torch.inference_mode():
-        expected = [
-            int(target.model.detect_language(input_features=features(target, clip(name)))[0]) for name in names
-        ]
+        detect = target.model.detect_language
+        expected = [int(detect(input_features=features(target, clip(name)))[0]) for name in names]
     config = target.model.generation_config
     id_to_language = {token_id: token[2:-2] for token, token_id in config.lang_to_id.items()}
     run = TranscribeOptions(speculative=False, max_new_tokens=1)
