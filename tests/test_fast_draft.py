@@ -207,6 +207,23 @@ def test_a_restricted_draft_is_a_distribution_over_what_it_proposes():
     assert (probs[:, list(SUBSET)] > 0).all()
 
 
+@pytest.mark.parametrize(
+    "subset",
+    [(0, 2), (*range(10), *range(30, 40)), tuple(range(0, 40, 2)), (39,)],
+    ids=["two-ids", "two-runs", "twenty-runs-gathered", "last-id"],
+)
+def test_restricted_logits_are_the_projections_on_the_subset_and_minus_infinity_elsewhere(subset):
+    """Laid out by copying runs of ids (a few runs) or by one gather (many): the same logits."""
+    projection = torch.nn.Linear(6, 40, dtype=torch.float64)
+    hidden = torch.randn(2, 3, 6, dtype=torch.float64)
+    restricted = RestrictedProjection(projection, torch.tensor(subset), int8=False)
+    with torch.no_grad():
+        expected = torch.full((2, 3, 40), float("-inf"), dtype=torch.float64)
+        expected[..., list(subset)] = projection(hidden)[..., list(subset)]
+        logits = restricted(hidden)
+    assert torch.equal(logits.isinf(), expected.isinf()) and torch.allclose(logits, expected)
+
+
 @pytest.mark.parametrize("num_draft_tokens", [1, 2])
 def test_speculative_step_with_a_restricted_draft_is_target_sampling(num_draft_tokens):
     generator = torch.Generator().manual_seed(20 + num_draft_tokens)

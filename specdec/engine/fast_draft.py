@@ -117,6 +117,8 @@ def frequent_draft_ids(
 class RestrictedProjection(nn.Module):
     """The output projection over a subset of the vocabulary: logits (..., vocab) with -inf elsewhere."""
 
+    MAX_RUNS = 8  # a subset in at most this many runs of consecutive ids is laid out by copying the runs
+
     def __init__(self, projection: nn.Linear, rows: torch.Tensor, int8: bool) -> None:
         super().__init__()
         self.vocab_size = projection.out_features
@@ -124,6 +126,7 @@ class RestrictedProjection(nn.Module):
         columns = torch.full((self.vocab_size,), len(rows), dtype=torch.long)
         columns[rows] = torch.arange(len(rows))
         self.register_buffer("columns", columns.to(projection.weight.device), persistent=False)
+        self.runs = _runs(rows.tolist())
         bias = projection.bias is not None
         weight = projection.weight
         subset = nn.Linear(
@@ -136,8 +139,36 @@ class RestrictedProjection(nn.Module):
         self.subset = _quantized(subset) if int8 else subset
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        padded = nn.functional.pad(self.subset(hidden), (0, 1), value=float("-inf"))
+        logits = self.subset(hidden)
+        if len(self.runs) <= self.MAX_RUNS:  # a few copies (the CPU draft's ids: two runs)
+            return self._from_runs(logits)
+        padded = nn.functional.pad(logits, (0, 1), value=float("-inf"))
         return padded.index_select(-1, self.columns)  # one gather: faster than filling and writing
+
+    def _from_runs(self, logits: torch.Tensor) -> torch.Tensor:
+        """The subset's logits, run by run, with -inf between the runs: a gather over the whole vocabulary
+        read its index and cost ~0.3 ms a draft token inside the decoding loop (memory the target's pass
+        had just evicted), copying the runs ~0.05 ms."""
+
+        def masked(width: int) -> torch.Tensor:
+            return logits.new_full((*logits.shape[:-1], width), float("-inf"))
+
+        pieces, end, column = [], 0, 0
+        for start, stop in self.runs:
+            pieces += [masked(start - end), logits[..., column : column + stop - start]]
+            column, end = column + stop - start, stop
+        return torch.cat([*pieces, masked(self.vocab_size - end)], dim=-1)
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """Ascending ids as runs of consecutive ones, (start, stop) each."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 class AudioContextEncoder(nn.Module):
