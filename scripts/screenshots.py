@@ -30,7 +30,7 @@ def compare(browser, url: str, clip: Path, out: Path) -> None:
     reference = clip.with_suffix(".txt")
     if reference.exists():
         page.get_by_label("Reference text (optional, for WER").fill(reference.read_text().strip())
-    page.get_by_label("Timestamps").check()
+    page.get_by_label("Timestamps", exact=True).check()
     page.click("#run")
     page.wait_for_selector("#tokens .specdec-tokens span", timeout=300_000)
     page.wait_for_selector("#verdict .specdec-verdict")
