@@ -38,8 +38,9 @@ import numpy as np
 from specdec import longform
 from specdec.audio import SAMPLE_RATE
 from specdec.engine.cancel import Cancelled
+from specdec.engine.clip_decoding import ClipDecoding
 from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
-from specdec.engine.windows import ClipDecoding, WindowBatch
+from specdec.engine.windows import WindowBatch
 from specdec.longform.sequential import clip_decoding, report_segment
 from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.tokens import language_token_id

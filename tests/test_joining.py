@@ -18,7 +18,8 @@ import dataclasses
 import pytest
 from test_batching import BATCH
 
-from specdec.engine.windows import ClipDecoding, WindowBatch, make_generator
+from specdec.engine.clip_decoding import ClipDecoding, make_generator
+from specdec.engine.windows import WindowBatch
 from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.features import pair_features
 

@@ -2,6 +2,7 @@
 
     windows.WindowBatch      the seek loop over many clips: their windows as rows of one batch, clips
                              joining at any step (windows.decode_clips: N clips to the end)
+      clip_decoding          one clip's way through the seek loop: its next row, what a window keeps
       loop.Batch             one step: propose -> verify -> accept -> roll back -> record -> drop
         drafters             who proposes (the draft model, the previous hypothesis, a plug-in)
         draft_length         how many (fixed, adaptive, cost-aware)

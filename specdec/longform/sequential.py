@@ -22,7 +22,8 @@ import dataclasses
 import numpy as np
 
 from specdec.audio import SAMPLE_RATE
-from specdec.engine.windows import ClipDecoding, MakeDrafter, WindowBatch, make_generator
+from specdec.engine.clip_decoding import ClipDecoding, make_generator
+from specdec.engine.windows import MakeDrafter, WindowBatch
 from specdec.longform import Progress, is_long
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult

@@ -21,8 +21,9 @@ import numpy as np
 
 from specdec import vad
 from specdec.audio import MAX_SECONDS, SAMPLE_RATE
+from specdec.engine.clip_decoding import ClipDecoding
 from specdec.engine.state import Clock
-from specdec.engine.windows import ClipDecoding, decode_clips
+from specdec.engine.windows import decode_clips
 from specdec.longform import Progress, is_long
 from specdec.longform.chunked import decode_chunked
 from specdec.longform.joined import joined, moved_steps, moved_windows

@@ -1,0 +1,172 @@
+"""One clip's way through generate()'s seek loop: where its next window starts, the row that decodes it, and
+what each finished window leaves (`whisper.tokens.split_window`: its tokens up to the last timestamp pair,
+then a seek to that pair's first timestamp; a window judged no speech keeps nothing). `engine.windows`
+decodes many clips' windows as the rows of one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from transformers import GenerationConfig
+
+from specdec.engine.state import Clock, Row
+from specdec.options import DecodeOptions
+from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
+from specdec.whisper import word_times
+from specdec.whisper.features import PairFeatures
+from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
+from specdec.whisper.models import ModelPair
+from specdec.whisper.tokens import (
+    FRAME_SECONDS,
+    WINDOW_FRAMES,
+    forced_prompt,
+    language_code,
+    split_window,
+    timestamp_begin,
+    timestamp_pair_ends,
+)
+
+MAX_WINDOWS = 64  # per 30 s of audio: a guard against a seek loop that stops advancing (generate() has none)
+
+
+@dataclasses.dataclass(eq=False)  # one clip's decoding is itself (compared by identity)
+class ClipDecoding:
+    """One clip's way through generate()'s window loop: where the next window starts and what was kept."""
+
+    features: PairFeatures  # the clip's features for each model, (1, mel_bins, frames)
+    generator: torch.Generator  # the clip's own sampling generator
+    options: DecodeOptions
+    speculative: bool = True  # the draft proposes for its windows (where it speaks their language)
+    seek: int = 0  # first frame of the next window
+    window: int = 0  # index of the next window
+    language_id: int | None = None
+    first_prompt: list[int] | None = None
+    output: list[int] = dataclasses.field(default_factory=list)
+    tokens: list[TokenRecord] = dataclasses.field(default_factory=list)
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    passes: list[Pass] = dataclasses.field(default_factory=list)
+    encodings: list[Encoding] = dataclasses.field(default_factory=list)
+    windows: list[Window] = dataclasses.field(default_factory=list)
+    token_spans: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # each output token's
+    # (start, end) in seconds of the clip, with word timestamps (`whisper.word_times`)
+    alignment_seconds: float = 0.0  # the word timestamps' extra passes and alignment, in all
+    end_seconds: float = 0.0  # clock time when its last window was folded in
+    start_seconds: float = 0.0  # clock time when it joined (a request joining a running batch, later)
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.done = self.num_frames == 0
+
+    @property
+    def num_frames(self) -> int:
+        return self.features.target.shape[-1]
+
+    @property
+    def window_frames(self) -> int:
+        return min(self.num_frames - self.seek, WINDOW_FRAMES)
+
+    def next_row(self, pair: ModelPair, device: torch.device) -> Row:
+        """The row for this clip's next window: its forced prompt (the previous text, options.prompt_ids,
+        conditions every window, as generate()'s prompt_ids do without condition_on_prev_tokens), logits
+        processing and budget; it drafts if speculative and the draft speaks the window's language."""
+        model, options = pair.target.model, self.options
+        config = model.generation_config
+        prompt = forced_prompt(config, self.language_id, options, options.prompt_ids)
+        self.first_prompt = self.first_prompt or prompt
+        limit = model.config.max_target_positions - len(prompt)
+        budget = limit if options.max_new_tokens is None else min(limit, options.max_new_tokens)
+        pipeline = LogitsPipeline(
+            config, len(prompt), options.timestamps, options.temperature, options.top_p, device
+        )
+        language = language_code(config, self.language_id)
+        drafts = self.speculative and pair.draft is not None and pair.draft_fits(language, options.task)
+        return Row(
+            list(prompt), len(prompt), budget, pipeline, self.generator, self.window, len(self.steps),
+            options, drafts=drafts, no_speech=NoSpeechRule.of(config, options, prompt),
+        )  # fmt: skip
+
+    def finish_window(
+        self, row: Row, config: GenerationConfig, clock: Clock, times: list[float] | None = None
+    ) -> None:
+        """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window.
+        A window judged no speech keeps nothing and seeks past itself, as generate() skips it. times: the
+        window's token times (`word_times.token_times`), with word timestamps."""
+        generated = without_end_of_text(row)
+        avg_logprob, no_speech = None, False
+        if row.no_speech is not None:
+            avg_logprob = row.no_speech.avg_logprob(row.token_logprobs)
+            no_speech = row.no_speech.judge(row.no_speech_prob, avg_logprob)
+        if no_speech:
+            kept, advance = 0, self.window_frames
+        else:  # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
+            kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
+        self.output += generated[:kept]
+        if times is not None:
+            spans = word_times.token_spans(times, row.prompt_length, self.seek * FRAME_SECONDS)
+            self.token_spans += spans[:kept]
+        self.tokens += [
+            record if i < kept else dataclasses.replace(record, kept=False)
+            for i, record in enumerate(row.tokens)
+        ]
+        self.steps += row.steps
+        self.passes += row.passes
+        seconds = round(self.window_frames * FRAME_SECONDS, 2)
+        start = round(self.seek * FRAME_SECONDS, 2)
+        measured = {"no_speech_prob": row.no_speech_prob, "avg_logprob": avg_logprob, "no_speech": no_speech}
+        self.windows.append(Window(self.window, start, seconds, **measured))
+        self.seek += advance
+        self.window += 1
+        max_windows = MAX_WINDOWS * max(1, math.ceil(self.num_frames / WINDOW_FRAMES))
+        self.done = advance <= 0 or self.seek >= self.num_frames or self.window >= max_windows
+        self.end_seconds = clock.seconds()
+
+    def settled(self, row: Row | None, config: GenerationConfig) -> list[int]:
+        """Its output so far that no later pass can change (row: its window decoding now, if any): the kept
+        windows', then that window's tokens up to its last timestamp pair (generate()'s split keeps at least
+        those; with no pair yet, all of them: a later pair would keep them too), none of that window's while
+        a no-speech rule may still empty it."""
+        if row is None or row.finished or row.no_speech is not None:
+            return list(self.output)
+        generated = without_end_of_text(row)
+        pair_ends = timestamp_pair_ends(generated, timestamp_begin(config))
+        return self.output + generated[: pair_ends[-1] if pair_ends else len(generated)]
+
+    def result(self, config: GenerationConfig) -> DecodeResult:
+        """Its decoding, timed from when it joined."""
+        passes = self.passes
+        if self.start_seconds:
+            passes = [
+                dataclasses.replace(p, start_seconds=p.start_seconds - self.start_seconds) for p in passes
+            ]
+        return DecodeResult(
+            token_ids=tuple(self.output),
+            prompt_ids=tuple(self.first_prompt or ()),
+            language=language_code(config, self.language_id),
+            tokens=tuple(self.tokens),
+            steps=tuple(self.steps),
+            passes=tuple(passes),
+            encodings=tuple(self.encodings),
+            total_seconds=self.end_seconds - self.start_seconds,
+            windows=tuple(self.windows),
+            token_spans=tuple(self.token_spans) if self.options.word_timestamps else None,
+            alignment_seconds=self.alignment_seconds,
+        )
+
+
+def make_generator(options: DecodeOptions, device: torch.device) -> torch.Generator:
+    """A clip's own sampling generator: seeded with options.seed, else from fresh entropy."""
+    generator = torch.Generator(device=device)
+    if options.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(options.seed)
+    return generator
+
+
+def without_end_of_text(row: Row) -> list[int]:
+    """A window's generated tokens, its end-of-text left out."""
+    eos = row.pipeline.eos_token_id
+    return row.generated[:-1] if row.generated[-1:] == [eos] else row.generated
