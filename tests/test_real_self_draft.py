@@ -15,6 +15,7 @@ import pytest
 from test_lossless import reference_ids
 
 from specdec.api import SpeculativeWhisper
+from specdec.app.store import draft_note
 from specdec.audio import load_audio
 from specdec.options import DecodeOptions
 from specdec.whisper.models import DraftKind
@@ -81,3 +82,6 @@ def test_self_draft_is_not_run_outside_the_languages_and_task_it_was_trained_for
         alone = self_pair.transcribe(ASSETS / name, options, return_stats=True, speculative=False)[0]
         assert speculative.language == language and speculative.token_ids == alone.token_ids, name
         assert (speculative.result.num_drafted > 0) is drafts, (name, options)
+    note = draft_note(self_pair, "th", "transcribe")  # what the page says under its verdict
+    assert "trained to transcribe cs, de, en" in note and "on th audio the target decodes alone" in note
+    assert draft_note(self_pair, "de", "transcribe") == ""
