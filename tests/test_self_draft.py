@@ -21,7 +21,7 @@ from specdec.distill import data
 from specdec.distill.train import TrainingOptions, train_draft
 from specdec.options import DecodeOptions
 from specdec.whisper.models import DraftKind, PairError, load_pair
-from specdec.whisper.self_draft import DRAFT_FILE, RECIPE_FILE
+from specdec.whisper.self_draft import DRAFT_FILE, RECIPE_FILE, SelfDraft
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CLIPS = {"en": ["en-weather.wav", "en-fellow-americans.wav", "en-jfk.flac"], "de": ["de-bahnhof.wav"]}
@@ -123,3 +123,18 @@ def test_distill_offers_the_cpu_drafts_vocabulary_by_default():
     from specdec.engine.fast_draft import CPU_DRAFT
 
     assert CPU_DRAFT.vocabulary == CPU_DRAFT_VOCABULARY
+
+
+@pytest.mark.parametrize(
+    ("recipe", "languages"),
+    [
+        ({"data": {"training_tokens_by_language": {"en": 10, "de": 3}}}, {"en", "de"}),
+        ({"held_out_agreement": {"draft": {"overall": 0.6, "fr": 0.4, "fr+timestamps": 0.3}}}, {"fr"}),
+        ({"data": "espeak-ng sentences"}, None),  # free-form, as a hand-made recipe may be
+        (None, None),
+        ({"held_out_agreement": {"draft": 0.6}}, None),
+    ],
+)
+def test_a_self_drafts_languages_come_from_its_recipe_or_are_every_language(recipe, languages):
+    draft = SelfDraft("target", "digest", (0,), {"format": "specdec-self-draft-1", "recipe": recipe})
+    assert draft.languages == (frozenset(languages) if languages else None)

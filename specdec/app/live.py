@@ -302,7 +302,7 @@ def activity_html(listener: Listener) -> str:
 
 
 def _draft_note(listener: Listener) -> str:
-    """The page's note when an English-only draft hears another language, else ''."""
+    """The page's note when the draft hears a language it cannot propose in, else ''."""
     note = draft_note(listener.session.whisper, listener.session.language, "transcribe")
     return f'<p class="specdec-note"><small>ℹ️ {html.escape(note)}</small></p>' if note else ""
 

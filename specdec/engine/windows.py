@@ -32,7 +32,7 @@ from specdec.trace import DecodeResult
 from specdec.whisper import word_times
 from specdec.whisper.features import PairFeatures, encode, window_features
 from specdec.whisper.models import DraftKind, ModelPair
-from specdec.whisper.tokens import WINDOW_FRAMES, detected_languages, language_ids
+from specdec.whisper.tokens import WINDOW_FRAMES, detected_languages, given_language_id, needs_detection
 
 # How a model turns windows of features (batch, mel_bins, 3000) into encoder states (batch, 1500, d_model),
 # and the seconds it took. Default `whisper.features.encode`; a caller decoding the same audio many times
@@ -169,8 +169,11 @@ class WindowBatch:
         hidden = _encode(
             self.encoder, target, [c.features.target for c in clips], clips, "target", self.clock
         )
+        config = target.generation_config
+        detect = _set_given_languages(config, clips)  # before the target's cache grows: may raise
         decoder = self._target_decoder(hidden)
-        _set_languages(target.generation_config, clips, decoder, decoder.batch_size - len(clips))
+        first_row = decoder.batch_size - len(clips)
+        _detect_languages(config, [clips[i] for i in detect], decoder, [first_row + i for i in detect])
         rows = [clip.next_row(self.pair, target.device) for clip in clips]
         for row, states in zip(rows, hidden, strict=True):  # kept for its word timestamps, if asked for
             if row.options.word_timestamps:
@@ -181,6 +184,7 @@ class WindowBatch:
             self._add_drafting(hidden, clips, rows)
             self.batch.add(rows)
         self._clips.update({id(row): clip for row, clip in zip(rows, clips, strict=True)})
+        self._keep_cross()  # a detected language's pass has computed them already
 
     def _target_decoder(self, hidden: torch.Tensor) -> CachedDecoder:
         """The target's decoder with rows for these encoder states at its end: the batch's, or a new one."""
@@ -303,24 +307,30 @@ def _drafting(clips: list[ClipDecoding], rows: list[Row]) -> list[ClipDecoding]:
     return [clip for clip, row in zip(clips, rows, strict=True) if row.drafts]
 
 
-def _set_languages(
-    config: GenerationConfig, clips: list[ClipDecoding], decoder: CachedDecoder, first_row: int
-) -> None:
-    """The language of each clip that starts now (clip i is the decoder's row first_row + i): its options'
-    language, else the target's detection from its logits after `<|startoftranscript|>`, one pass for the
-    clips that need one. That pass computes the rows' cross-attention keys and values, which their decoding
-    then reuses (transformers' `detect_language` computes them once more)."""
-    starting: dict[str | None, list[int]] = {}
+def _set_given_languages(config: GenerationConfig, clips: list[ClipDecoding]) -> list[int]:
+    """The language of each clip that starts now and has nothing to detect (its options' language; None for
+    an English-only target); returns the indices of the clips whose language the target must detect."""
+    detect = []
     for i, clip in enumerate(clips):
-        if clip.first_prompt is None:
-            starting.setdefault(clip.options.language, []).append(i)
-    for group in starting.values():
-        languages = language_ids(config, clips[group[0]].options, len(group))
-        if languages is None:
-            logits = decoder.peek([first_row + i for i in group], [config.decoder_start_token_id])
-            languages = detected_languages(config, logits)
-        for i, language_id in zip(group, languages, strict=True):
-            clips[i].language_id = language_id
+        if clip.first_prompt is not None:  # a later window: its language was set at the first
+            continue
+        if needs_detection(config, clip.options):
+            detect.append(i)
+        else:
+            clip.language_id = given_language_id(config, clip.options)
+    return detect
+
+
+def _detect_languages(
+    config: GenerationConfig, clips: list[ClipDecoding], decoder: CachedDecoder, rows: list[int]
+) -> None:
+    """The target's language for each clip (the decoder's row rows[i]) from its logits after
+    `<|startoftranscript|>`, one pass for all of them. That pass computes the rows' cross-attention keys
+    and values, which their decoding then reuses (transformers' `detect_language` computes them once more)."""
+    if clips:
+        logits = decoder.peek(rows, [config.decoder_start_token_id])
+        for clip, language_id in zip(clips, detected_languages(config, logits), strict=True):
+            clip.language_id = language_id
 
 
 def _encode(

@@ -50,11 +50,15 @@ class SelfDraft:
     def languages(self) -> frozenset[str] | None:
         """The languages it was trained in: those of its training tokens, else of its held-out report;
         None when its recipe names none."""
-        data = self.recipe.get("recipe", {})
-        by_language = data.get("data", {}).get("training_tokens_by_language")
-        report = data.get("held_out_agreement", {}).get("draft", {})
-        names = by_language or {name.split("+")[0] for name in report if name != "overall"}
+        recipe = _dict(self.recipe.get("recipe"))  # free-form: a hand-made one may hold anything
+        by_language = _dict(_dict(recipe.get("data")).get("training_tokens_by_language"))
+        report = _dict(_dict(recipe.get("held_out_agreement")).get("draft"))
+        names = by_language or {str(name).split("+")[0] for name in report if name != "overall"}
         return frozenset(names) or None
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def is_self_draft(folder: str | Path) -> bool:

@@ -18,7 +18,6 @@ from specdec.options import DecodeOptions
 
 WINDOW_FRAMES = 3000  # 30 s of 10 ms mel frames
 INPUT_STRIDE = 2  # mel frames per encoder position (and per timestamp step of 20 ms)
-MAX_WINDOWS = 64  # per 30 s of audio: a guard against a window loop that stops advancing
 TIMESTAMP_SECONDS = 0.02  # one timestamp token step
 FRAME_SECONDS = 0.01  # one mel frame (hop of 160 samples at 16 kHz)
 
@@ -56,16 +55,17 @@ def forced_prompt(
     return prompt
 
 
-def language_ids(
-    generation_config: GenerationConfig, options: DecodeOptions, rows: int
-) -> list[int | None] | None:
-    """The language token of each of `rows` prompts when nothing is to be detected: None per row for an
-    English-only model, options.language's token if given; None (no list) when the target must detect it."""
-    if not getattr(generation_config, "is_multilingual", False):
-        return [None] * rows
-    if options.language is not None:
-        return [language_token_id(generation_config, options.language)] * rows
-    return None
+def needs_detection(generation_config: GenerationConfig, options: DecodeOptions) -> bool:
+    """The target detects the language: a multilingual model, and no language given."""
+    return bool(getattr(generation_config, "is_multilingual", False)) and options.language is None
+
+
+def given_language_id(generation_config: GenerationConfig, options: DecodeOptions) -> int | None:
+    """The prompt's language token when none is detected: options.language's (a clear error for an unknown
+    one); None for an English-only model, whose prompt has none."""
+    if not getattr(generation_config, "is_multilingual", False) or options.language is None:
+        return None
+    return language_token_id(generation_config, options.language)
 
 
 def detected_languages(generation_config: GenerationConfig, logits: torch.Tensor) -> list[int]:
