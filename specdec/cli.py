@@ -466,7 +466,7 @@ def _step_record(result: DecodeResult, step: Step) -> dict:
 def text_report(speculative: Transcription, baseline: Transcription | None) -> str:
     """Human-readable lines for one file."""
     result = speculative.result
-    rate = f"{result.acceptance_rate:.0%}" if result.acceptance_rate is not None else "n/a"
+    rate = f"{result.acceptance_rate:.0%}" if result.acceptance_rate is not None else "n/a (nothing drafted)"
     text = "(no speech detected)" if result.no_speech else speculative.text
     lines = [
         f"{speculative.audio} [{result.language}]: {text}",
