@@ -14,7 +14,9 @@ proposals use) depends on the rows beside it. Its sampled row here is the target
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
+import numpy as np
 import pytest
 from test_batching import BATCH
 
@@ -34,8 +36,10 @@ ARRIVALS = [
 ]
 
 
-def clip_decoding(whisper, name: str, options: DecodeOptions, speculative: bool) -> ClipDecoding:
-    features = pair_features(whisper.pair, BATCH[name], speculative)
+def clip_decoding(
+    whisper, name: str, options: DecodeOptions, speculative: bool, audio: Mapping[str, np.ndarray] = BATCH
+) -> ClipDecoding:
+    features = pair_features(whisper.pair, audio[name], speculative)
     generator = make_generator(options, whisper.pair.target.model.device)
     return ClipDecoding(features, generator, options, speculative)
 
@@ -46,14 +50,17 @@ def alone(whisper, name: str, options: DecodeOptions, speculative: bool) -> tupl
     )[0].token_ids
 
 
-def run_arrivals(whisper, arrivals, drop: str | None = None, drop_at: int = 0) -> dict[str, ClipDecoding]:
-    """Each clip joins at its step; `drop` leaves at step drop_at. Runs until every clip is done."""
+def run_arrivals(
+    whisper, arrivals, drop: str | None = None, drop_at: int = 0, audio: Mapping[str, np.ndarray] = BATCH
+) -> dict[str, ClipDecoding]:
+    """Each clip (its waveform: audio[name]) joins at its step; `drop` leaves at step drop_at. Runs until
+    every clip is done."""
     batch = WindowBatch(whisper.pair)
     clips, step = {}, 0
     while step == 0 or batch.busy or len(clips) < len(arrivals):
         for name, options, speculative, at in arrivals:
             if at == step:
-                clips[name] = clip_decoding(whisper, name, options, speculative)
+                clips[name] = clip_decoding(whisper, name, options, speculative, audio)
                 batch.join([clips[name]])
         if drop is not None and step == drop_at:
             batch.drop(clips[drop])

@@ -12,15 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_joining import run_arrivals
 from test_lossless import reference_ids
 
 from specdec.api import SpeculativeWhisper
 from specdec.app.store import draft_note
 from specdec.audio import load_audio
-from specdec.engine.clip_decoding import ClipDecoding, make_generator
-from specdec.engine.windows import WindowBatch
 from specdec.options import DecodeOptions
-from specdec.whisper.features import pair_features
 from specdec.whisper.models import DraftKind
 from specdec.whisper.self_draft import SHIPPED, read_recipe
 
@@ -94,28 +92,19 @@ def test_clips_joining_a_running_batch_detect_their_own_language_as_alone(self_p
     """The language is read from the target's own pass over each joining row (its cross-attention keys and
     values then reused); rows joining a running batch must get the language, tokens and word times they get
     alone (a pass over the batch's other rows must not disturb theirs)."""
-    pair = self_pair.pair
     word_timed = DecodeOptions(max_new_tokens=30, timestamps=True, word_timestamps=True)
-    arrivals = [  # (clip, options, the step of the running batch at which it joins)
-        ("en-jfk.flac", DecodeOptions(max_new_tokens=30), 0),
-        ("de-bahnhof.wav", word_timed, 2),
-        ("es-biblioteca.wav", DecodeOptions(max_new_tokens=30), 2),
-        ("fr-marche.wav", DecodeOptions(max_new_tokens=30, language="fr"), 5),
+    arrivals = [  # (clip, options, speculative, the step of the running batch at which it joins)
+        ("en-jfk.flac", DecodeOptions(max_new_tokens=30), True, 0),
+        ("de-bahnhof.wav", word_timed, True, 2),
+        ("es-biblioteca.wav", DecodeOptions(max_new_tokens=30), True, 2),
+        ("fr-marche.wav", DecodeOptions(max_new_tokens=30, language="fr"), True, 5),
     ]
-    batch, clips, step = WindowBatch(pair), {}, 0
-    while step == 0 or batch.busy or len(clips) < len(arrivals):
-        for name, options, at in arrivals:
-            if at == step:
-                features = pair_features(pair, load_audio(ASSETS / name))
-                generator = make_generator(options, pair.target.model.device)
-                clips[name] = ClipDecoding(features, generator, options)
-                batch.join([clips[name]])
-        batch.step()
-        step += 1
-    config = pair.target.model.generation_config
-    for name, options, _ in arrivals:
+    audio = {name: load_audio(ASSETS / name) for name, *_ in arrivals}
+    clips = run_arrivals(self_pair, arrivals, audio=audio)
+    config = self_pair.pair.target.model.generation_config
+    for name, options, _, _ in arrivals:
         together = clips[name].result(config)
         alone = self_pair.transcribe(ASSETS / name, options, return_stats=True)[0].result
         assert (together.language, together.token_ids) == (alone.language, alone.token_ids), name
         assert together.token_spans == alone.token_spans, name
-    assert [clips[name].result(config).language for name, _, _ in arrivals] == ["en", "de", "th", "fr"]
+    assert [clips[name].result(config).language for name, *_ in arrivals] == ["en", "de", "th", "fr"]
