@@ -244,8 +244,11 @@ def _check_wav_complete(name: str, path: Path) -> bool:
 
 
 def _reason(err: Exception) -> str:
-    """libsndfile's own message without the "Error opening '<path>': " prefix."""
-    return str(getattr(err, "error_string", err)).strip().rstrip(".")
+    """libsndfile's own message without the "Error opening '<path>': " prefix. Its MPEG reader answers
+    a file named .mp3 that is not one with "File does not exist or is not a regular file" (the file was
+    checked to be a regular file before): that is said as its other readers say it."""
+    reason = str(getattr(err, "error_string", err)).strip().rstrip(".")
+    return "Format not recognised" if reason.startswith("File does not exist or is not a regular") else reason
 
 
 def _array_to_frames(name: str, array: np.ndarray) -> np.ndarray:

@@ -185,6 +185,11 @@ def test_corrupt_files_are_refused_with_one_line(clips, tmp_path):
         f"{path}: not an audio file soundfile can decode (Format not recognised) "
         "nor ffmpeg (Invalid data found when processing input)"
     )
+    path = copy_with(clips["m4a"], tmp_path, "noise.mp3", lambda data: noise)  # libsndfile's MPEG reader
+    assert error_message(path) == (
+        f"{path}: not an audio file soundfile can decode (Format not recognised) "
+        "nor ffmpeg (Invalid data found when processing input)"
+    )
 
     def damage_audio(data: bytes) -> bytes:
         start = data.index(b"mdat") + 2_000
