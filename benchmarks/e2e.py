@@ -42,6 +42,7 @@ from benchmarks.plots import COLOURS
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.longform import is_long
+from specdec.options import DecodeOptions
 from specdec.whisper.models import PairError
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -226,6 +227,13 @@ def rows_of(
                 "decode_seconds": None if config.compute_type else statistics.median(
                     c.stats["decode_seconds"] for c in mine
                 ),
+                # medians over rounds, for the cost of drafting (`drafting_costs`)
+                "draft_seconds": None if config.compute_type else statistics.median(
+                    c.stats["draft_seconds"] for c in mine
+                ),
+                "verify_seconds": None if config.compute_type else statistics.median(
+                    c.stats["verify_seconds"] for c in mine
+                ),
                 "acceptance_rate": stats.get("acceptance_rate"),
                 "accepted": stats.get("num_accepted"),
                 "drafted": stats.get("num_drafted"),
@@ -264,6 +272,10 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
         alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
         decode_alone = sum(alone[r["clip"]]["decode_seconds"] for r in short_english)
         decode_mine = sum(r["decode_seconds"] for r in short_english)
+        costs = {
+            kind: drafting_costs([r for r in mine if r["long_form"] == long_form], alone)
+            for kind, long_form in (("short", False), ("long_form", True))
+        }
         found[draft] = {
             "short_english_median_ratio": statistics.median(english) if english else None,
             # the decode phase alone, summed over the short English clips (the warm decode-only figure)
@@ -272,8 +284,35 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             "long_form_ratio": statistics.median(r["ratio"] for r in long.values()) if long else None,
             "long_form_vs_faster_whisper": against,
             "acceptance_by_language": acceptance,
+            "drafting_costs": {kind: figures for kind, figures in costs.items() if figures},
         }
     return found
+
+
+def drafting_costs(mine: list[dict], alone: dict[str, dict]) -> dict | None:
+    """What a drafted token costs, in passes of the target alone (its verify seconds per pass on the same
+    clips), over the clips where the draft ran: `draft`, the draft's seconds per drafted token; `verify`,
+    what each drafted token adds to a verify pass. A token drafted alone pays when it is accepted more
+    often than draft + verify (`break_even_acceptance`); with every token accepted, k tokens a pass decode
+    at most (k + 1) / (1 + k (draft + verify)) times as fast as the target alone (`decode_ceiling`, k =
+    DecodeOptions' max_draft_tokens): the bound on decode speed-up that no acceptance can pass."""
+    drafted = [r for r in mine if r["drafted"]]
+    if not drafted:
+        return None
+    theirs = [alone[r["clip"]] for r in drafted]
+    pass_alone = sum(r["verify_seconds"] for r in theirs) / sum(r["target_passes"] for r in theirs)
+    tokens, passes = sum(r["drafted"] for r in drafted), sum(r["target_passes"] for r in drafted)
+    draft = sum(r["draft_seconds"] for r in drafted) / tokens / pass_alone
+    verify_pass = sum(r["verify_seconds"] for r in drafted) / passes
+    verify = (verify_pass - pass_alone) / (tokens / passes) / pass_alone
+    k = DecodeOptions().max_draft_tokens
+    return {
+        "target_pass_seconds": pass_alone,
+        "draft": draft,
+        "verify": verify,
+        "break_even_acceptance": draft + verify,
+        "decode_ceiling": (k + 1) / (1 + k * (draft + verify)),
+    }
 
 
 def table(rows: list[dict], configs: list[Config]) -> str:
@@ -322,6 +361,13 @@ def summary_lines(found: dict[str, dict]) -> list[str]:
             f"{x(figures['non_english_min_ratio'])}, long-form {x(figures['long_form_ratio'])}"
             f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
         )
+        for kind, costs in figures["drafting_costs"].items():
+            lines.append(
+                f"  {kind.replace('_', '-')} clips: a drafted token costs {costs['draft']:.2f} (draft) + "
+                f"{costs['verify']:.2f} (verify) of a target pass ({1e3 * costs['target_pass_seconds']:.1f} "
+                f"ms): pays above acceptance {costs['break_even_acceptance']:.2f}; decode at most "
+                f"{x(costs['decode_ceiling'])} with every token accepted"
+            )
     return lines
 
 

@@ -51,6 +51,8 @@ def test_report_on_demo_models(demo_models, tmp_path):
     assert speculative["identical"] is True and speculative["drafted"] > 0
     assert speculative["target_passes"] < alone["target_passes"]
     assert report["summary"][draft]["long_form_ratio"] is None  # no long clip given
+    costs = report["summary"][draft]["drafting_costs"]  # figures, never asserted: only that they are there
+    assert list(costs) == ["short"] and {"draft", "verify", "decode_ceiling"} <= set(costs["short"])
     assert report["identical"] and out.with_suffix(".html").exists()
 
 
