@@ -103,6 +103,44 @@ def test_scores_match_transformers_at_every_position(timestamps, already_generat
         assert torch.equal(pipeline.scores_at(prefix, continuation, logits), expected)
 
 
+def expected_scores(config, prompt, prefix, continuation, logits, timestamps=True):
+    """transformers' processors, one call per position (as generate() sees each one)."""
+    reference = transformers_processors(config, len(prompt), timestamps)
+    return torch.cat(
+        [
+            reference(torch.tensor([prefix + continuation[:i]]), logits[i : i + 1].clone())
+            for i in range(logits.shape[0])
+        ]
+    )
+
+
+def test_timestamp_rules_match_transformers_on_each_rule():
+    """Positions after a timestamp pair (text must follow), after a lone timestamp (no text), at the first
+    position (a timestamp up to max_initial_timestamp_index), and rows on both sides of the rule that
+    forces a timestamp when their total probability beats every text token's."""
+    config = generation_config()
+    prompt = [50258, 50259, 50360]
+    generator = torch.Generator().manual_seed(7)
+    ts = TIMESTAMP_BEGIN
+    cases = [
+        ([], [ts, 400, 401, ts + 20, ts + 20, ts + 20, 402]),  # from the first position: pair, then text
+        ([ts, 300, ts + 10], [ts + 10, 403, ts + 30, 404, 405]),  # a lone timestamp, then its pair
+        ([ts + 3, 300, 301, ts + 8, ts + 8], [500, 501, ts + 12, ts + 12, 502, ts + 40]),
+        ([300, 301], [302, ts + 5, 303]),  # text before any timestamp
+    ]
+    for prefix_tail, continuation in cases:
+        prefix = prompt + prefix_tail
+        logits = 4 * torch.randn(len(continuation) + 1, VOCAB, generator=generator)
+        # each row's timestamps raised by another amount: the log-probability rule falls both ways
+        logits[:, TIMESTAMP_BEGIN:] += torch.linspace(-2.0, 9.0, logits.shape[0])[:, None]
+        pipeline = LogitsPipeline(config, len(prompt), True)
+        found = pipeline.scores_at(prefix, continuation, logits)
+        expected = expected_scores(config, prompt, prefix, continuation, logits)
+        assert torch.equal(found, expected)
+        forced = torch.isinf(expected[:, :EOS]).all(-1) & ~torch.isinf(expected[:, TIMESTAMP_BEGIN:]).all(-1)
+        assert 0 < int(forced.sum()) <= logits.shape[0]  # some rows must take a timestamp
+
+
 def test_probs_match_transformers_warpers():
     config = generation_config()
     logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(0))

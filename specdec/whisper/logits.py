@@ -32,8 +32,9 @@ class LogitsPipeline:
 
     Token suppression is applied with boolean masks built once per window (transformers' suppress
     processors rebuild an `isin` mask over the whole vocabulary on every call, a quarter of the decode
-    time on CPU); `tests/test_processing.py` checks the result is identical to transformers' processors.
-    The timestamp rules are transformers' `WhisperTimeStampLogitsProcessor` itself.
+    time on CPU); the timestamp rules are `TimestampRules`, transformers' `WhisperTimeStampLogitsProcessor`
+    for several positions at once. `tests/test_processing.py` checks the result is identical to
+    transformers' processors.
     """
 
     def __init__(
@@ -48,11 +49,7 @@ class LogitsPipeline:
         self.begin_index = begin_index
         self.suppress_tokens = list(generation_config.suppress_tokens or [])
         self.begin_suppress_tokens = list(generation_config.begin_suppress_tokens or [])
-        self.timestamp_processor = (
-            WhisperTimeStampLogitsProcessor(generation_config, begin_index=begin_index)
-            if timestamps
-            else None
-        )
+        self.timestamp_rules = TimestampRules(generation_config, begin_index) if timestamps else None
         warpers = []
         if temperature > 0:
             warpers.append(TemperatureLogitsWarper(temperature))
@@ -78,13 +75,9 @@ class LogitsPipeline:
         begin_row = self.begin_index - len(prefix)
         if 0 <= begin_row < scores.shape[0]:
             scores[begin_row] = scores[begin_row].masked_fill(begin_suppress, float("-inf"))
-        if self.timestamp_processor is None:
+        if self.timestamp_rules is None:
             return scores
-        rows = []
-        for i in range(scores.shape[0]):
-            sequence = torch.tensor([prefix + continuation[:i]], dtype=torch.long, device=scores.device)
-            rows.append(self.timestamp_processor(sequence, scores[i : i + 1]))
-        return torch.cat(rows, dim=0)
+        return self.timestamp_rules(prefix, continuation, scores)
 
     def _suppress_masks(self, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if vocab_size not in self._masks:
@@ -101,6 +94,62 @@ class LogitsPipeline:
         warped = self.warpers(None, scores)
         low_precision = warped.dtype in (torch.float16, torch.bfloat16)
         return torch.softmax(warped.float() if low_precision else warped, dim=-1)
+
+
+class TimestampRules:
+    """transformers' `WhisperTimeStampLogitsProcessor`, the same masks from the same float operations,
+    applied to consecutive positions in one call.
+
+    The processor takes a batch of rows whose sequences have one length; the positions of a verify pass
+    (and a draft's one) have as many lengths, so calling it meant one call per position, each building
+    masks over the whole vocabulary (~0.2 ms a position on the development machine, paid at every
+    verified and every drafted token with timestamps on). Here the rules that depend on the sequence
+    are read in Python per position and applied to slices, and the log-probability rule runs once on
+    every position's row (log-softmax, logsumexp and max along each row, as the processor computes them
+    on a batch). `tests/test_processing.py` checks the scores are identical to the processor's.
+    """
+
+    def __init__(self, generation_config: GenerationConfig, begin_index: int) -> None:
+        processor = WhisperTimeStampLogitsProcessor(generation_config, begin_index=begin_index)
+        self.begin_index = begin_index
+        self.no_timestamps_token_id: int = processor.no_timestamps_token_id
+        self.timestamp_begin: int = processor.timestamp_begin
+        self.eos_token_id: int = processor.eos_token_id
+        self.max_initial_timestamp_index: int | None = processor.max_initial_timestamp_index
+        self.from_logprob: bool = processor._detect_timestamp_from_logprob
+
+    def __call__(self, prefix: list[int], continuation: list[int], scores: torch.Tensor) -> torch.Tensor:
+        """Row i of scores (n, vocab) follows prefix + continuation[:i]; returns the processed copy."""
+        begin = self.timestamp_begin
+        processed = scores.clone()
+        processed[:, self.no_timestamps_token_id] = float("-inf")
+        sequence = prefix + continuation
+        for i in range(processed.shape[0]):
+            length = len(prefix) + i
+            generated = sequence[self.begin_index : length]
+            row = processed[i]
+            last_was_timestamp = len(generated) >= 1 and generated[-1] >= begin
+            penultimate_was_timestamp = len(generated) < 2 or generated[-2] >= begin
+            if last_was_timestamp:
+                if penultimate_was_timestamp:  # has to be text
+                    row[begin:] = float("-inf")
+                else:  # cannot be text
+                    row[: self.eos_token_id] = float("-inf")
+            last_timestamp = next((token for token in reversed(generated) if token >= begin), None)
+            if last_timestamp is not None:  # no timestamp below the last (nor the last again, after a pair)
+                paired = last_was_timestamp and not penultimate_was_timestamp
+                row[begin : last_timestamp if paired else last_timestamp + 1] = float("-inf")
+            if length == self.begin_index:
+                row[:begin] = float("-inf")
+                if self.max_initial_timestamp_index is not None:
+                    row[begin + self.max_initial_timestamp_index + 1 :] = float("-inf")
+        if self.from_logprob:  # a timestamp where their total probability is above any text token's
+            logprobs = torch.nn.functional.log_softmax(processed.float(), dim=-1)
+            timestamp_logprob = logprobs[:, begin:].logsumexp(dim=-1)
+            max_text_token_logprob = logprobs[:, :begin].max(dim=-1).values
+            sample_timestamp = (timestamp_logprob > max_text_token_logprob).unsqueeze(-1)
+            processed[:, :begin].masked_fill_(sample_timestamp, float("-inf"))
+        return processed
 
 
 @dataclass(frozen=True)
