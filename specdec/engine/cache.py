@@ -26,7 +26,7 @@ from transformers import Cache, DynamicCache, EncoderDecoderCache, WhisperForCon
 from transformers.cache_utils import CacheLayerMixin
 from transformers.modeling_outputs import BaseModelOutput
 
-from specdec.engine import kernels
+from specdec.engine import kernels, target_step
 
 CAPACITY_STEP = 64  # cache positions are allocated in blocks of this many (rows rarely fill 448)
 
@@ -162,17 +162,28 @@ class CachedDecoder(RowLengths):
         mask = torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill_(
             hidden, torch.finfo(dtype).min
         )
+        position_ids = positions.clamp(max=self.max_positions - 1)  # padding may run past
         with kernels.active():
-            output = self.model(
-                encoder_outputs=self.encoder_outputs,
-                decoder_input_ids=input_ids,
-                decoder_attention_mask=mask[:, None],  # (batch, 1, width, kv_length): used as given
-                decoder_position_ids=positions.clamp(max=self.max_positions - 1),  # padding may run past
-                past_key_values=self.cache,
-                use_cache=True,
-            )
+            if target_step.usable(self.model, self._cross_computed()):
+                cross = self.cache.cross_attention_cache.layers
+                logits = target_step.decoder_logits(
+                    self.model, self.layers, cross, input_ids, position_ids, mask[:, None]
+                )
+            else:
+                logits = self.model(
+                    encoder_outputs=self.encoder_outputs,
+                    decoder_input_ids=input_ids,
+                    decoder_attention_mask=mask[:, None],  # (batch, 1, width, kv_length): used as given
+                    decoder_position_ids=position_ids,
+                    past_key_values=self.cache,
+                    use_cache=True,
+                ).logits
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
-        return [output.logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
+        return [logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
+
+    def _cross_computed(self) -> bool:
+        """Every layer's cross-attention keys and values are in the cache (after the first feed)."""
+        return all(self.cache.is_updated.get(i) for i in range(len(self.layers)))
 
     def peek(self, rows: list[int], token_ids: list[int]) -> torch.Tensor:
         """Logits (len(rows), vocab) predicting the token after `token_ids` appended to each of `rows`, the
@@ -205,7 +216,7 @@ class CachedDecoder(RowLengths):
         """Row `row`'s cross-attention keys and values per decoder layer, (1, heads, 1500, head_dim) each,
         copied (they outlive the row); None until the first feed has computed them."""
         cross = self.cache.cross_attention_cache
-        if not all(self.cache.is_updated.get(i) for i in range(len(cross.layers))):
+        if not self._cross_computed():
             return None
         rows = slice(row, row + 1)
         return [(layer.keys[rows].clone(), layer.values[rows].clone()) for layer in cross.layers]
