@@ -96,9 +96,8 @@ def main() -> None:
     recipe = {
         "data": {
             "speech": "scripts/make_distill_speech.py: espeak-ng reading gettext catalogs' sentences "
-            "(Debian packages) and Python docstrings; 800 English clips, 250 each of "
-            "de es fr nl it pt ru pl sv tr cs"
-            + "".join(f"; and the clips in {more.name}/ (--more)" for more in args.more),
+            "(Debian packages), Python docstrings and, with --texts fortunes, Debian's fortunes; "
+            + "; ".join(_clip_counts(folder) for folder in [args.speech, *args.more]),
             "clips": len(clips),
             "windows": {"training": len(kept), "held_out": len(held_out)},
             "training_tokens": sum(len(s.tokens) - s.prompt_length for s in training_readings.sequences),
@@ -113,6 +112,14 @@ def main() -> None:
     }
     save_self_draft(student, pair.target.model, "openai/whisper-base", layers, args.out, recipe)
     print_report(history[0], best, args.out)
+
+
+def _clip_counts(folder: Path) -> str:
+    """'name/: en 800, de 250, ...': the clips of a speech folder by language."""
+    counts: dict[str | None, int] = {}
+    for clip in data.find_clips(folder):
+        counts[clip.language] = counts.get(clip.language, 0) + 1
+    return f"{folder.name}/: " + ", ".join(f"{language} {n}" for language, n in counts.items())
 
 
 def _epoch(epoch: int, agreement) -> None:
