@@ -65,3 +65,22 @@ def test_only_steps_it_reproduces(separate_pair, attention, monkeypatch):
     monkeypatch.setattr(model.config, "_attn_implementation", attention)
     assert not target_step.usable(model, cross_updated=False)  # the first feed computes them
     assert target_step.usable(model, cross_updated=True) == (attention == "sdpa")
+
+
+def test_hooks_and_training_modules_go_through_the_model(separate_pair):
+    """A hook on any decoder module (a user's, accelerate's device map) would not run in this step, nor
+    would a module left in training mode drop out: the model's forward serves those feeds."""
+    model = separate_pair.pair.target.model
+    assert target_step.usable(model, cross_updated=True)
+    handle = model.model.decoder.layers[0].encoder_attn.register_forward_hook(lambda *args: None)
+    assert not target_step.usable(model, cross_updated=True)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *args: None)
+    assert not target_step.usable(model, cross_updated=True)
+    handle.remove()
+    model.model.decoder.layers[-1].train()
+    try:
+        assert not target_step.usable(model, cross_updated=True)
+    finally:
+        model.model.decoder.layers[-1].eval()
+    assert target_step.usable(model, cross_updated=True)

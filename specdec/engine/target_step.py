@@ -13,19 +13,32 @@ this one must not differ at all, so it fuses nothing.
 
 It serves only steps it can reproduce: `usable` is False (and the feed goes through the model) before the
 cross-attention keys and values are computed (the first feed of a batch), for an attention implementation
-other than transformers' "sdpa" and for a model in training mode.
+other than transformers' "sdpa", when any decoder module is in training mode, and when the model's
+modules carry hooks (accelerate's device maps and offloading, a user's hooks), which calling the modules
+would run and this step would not.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import WhisperForConditionalGeneration
 
 
 def usable(model: WhisperForConditionalGeneration, cross_updated: bool) -> bool:
     """Whether `decoder_logits` reproduces the model's forward for the next feed."""
-    return cross_updated and not model.training and model.config._attn_implementation == "sdpa"
+    if not cross_updated or model.config._attn_implementation != "sdpa":
+        return False
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return False
+    modules = [model, model.model, *model.model.decoder.modules(), model.proj_out]
+    return not any(module.training or _hooked(module) for module in modules)
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Forward hooks of torch's, or an accelerate hook (device maps, offloading)."""
+    return bool(module._forward_hooks or module._forward_pre_hooks) or hasattr(module, "_hf_hook")
 
 
 def decoder_logits(
