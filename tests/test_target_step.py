@@ -78,6 +78,9 @@ def test_hooks_and_training_modules_go_through_the_model(separate_pair):
     handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *args: None)
     assert not target_step.usable(model, cross_updated=True)
     handle.remove()
+    model.proj_out._hf_hook = object()  # as accelerate's add_hook_to_module marks a module
+    assert not target_step.usable(model, cross_updated=True)
+    del model.proj_out._hf_hook
     model.model.decoder.layers[-1].train()
     try:
         assert not target_step.usable(model, cross_updated=True)
