@@ -34,6 +34,8 @@ from specdec.engine.fast_draft import (
     RestrictedProjection,
     draft_frames,
     frequent_draft_ids,
+    pooled_positions,
+    pooled_states,
     sounding_frames,
     tune_draft,
 )
@@ -63,8 +65,10 @@ def weather_alone(real_pair):
         DraftSettings(vocabulary=SMALL_VOCABULARY),
         DraftSettings(audio_context=True),
         DraftSettings(lean_step=True),
+        DraftSettings(frame_pooling=4),
+        DraftSettings(lean_step=True, frame_pooling=16),
     ],
-    ids=["int8", "small-vocabulary", "audio-only", "lean-step"],
+    ids=["int8", "small-vocabulary", "audio-only", "lean-step", "pooled-frames", "lean-widely-pooled"],
 )
 def test_a_tuned_draft_keeps_the_target_output(real_pair, weather_alone, settings):
     waveform, expected = weather_alone
@@ -160,6 +164,17 @@ def test_the_lean_step_follows_weights_changed_after_first_use(separate_pair):
     expected = CachedDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
     assert not torch.allclose(before, expected, atol=1e-4, rtol=1e-4)
     assert torch.allclose(after, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_pooled_states_are_the_means_of_consecutive_frames(real_pair):
+    hidden = torch.randn(2, 10, 3, generator=torch.Generator().manual_seed(0))
+    pooled = pooled_states(DraftSettings(frame_pooling=4), hidden)
+    assert pooled.shape == (2, pooled_positions(DraftSettings(frame_pooling=4), 10), 3) == (2, 3, 3)
+    groups = [hidden[:, :4], hidden[:, 4:8], hidden[:, 8:]]  # the last group: the two frames left
+    assert torch.allclose(pooled, torch.stack([group.mean(1) for group in groups], dim=1))
+    assert pooled_states(DraftSettings(), hidden) is hidden
+    with pytest.raises(ValueError, match="frame pooling"):
+        tune_draft(real_pair.pair, DraftSettings(frame_pooling=0))
 
 
 def test_sounding_frames_stop_at_the_padding():

@@ -23,7 +23,7 @@ from specdec.engine.cache import CachedDecoder
 from specdec.engine.clip_decoding import ClipDecoding, make_generator
 from specdec.engine.draft_length import DraftLength, draft_length
 from specdec.engine.drafters import Drafter, DraftModel
-from specdec.engine.fast_draft import draft_frames
+from specdec.engine.fast_draft import draft_frames, pooled_positions, pooled_states
 from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.loop import Batch
 from specdec.engine.state import Clock, Row
@@ -238,24 +238,28 @@ class WindowBatch:
         self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]
     ) -> tuple[torch.Tensor, list[list[int]]]:
         """The draft's encoder states for rows (the target's for a shared encoder; else its own, blank for
-        rows that do not draft) and their draft prompts."""
+        rows that do not draft), pooled as its settings say (`fast_draft.pooled_states`), and their draft
+        prompts."""
         prompts = [self.pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
+        settings = self.pair.draft_settings
         if self.pair.kind is DraftKind.SHARED_ENCODER:
-            return hidden, prompts
+            return pooled_states(settings, hidden), prompts
         drafting = [i for i, row in enumerate(rows) if row.drafts]
         draft_hidden = self._blank_draft_rows(len(rows))
         if drafting:
             features = [clips[i].features.draft for i in drafting]
-            draft_hidden[drafting] = _encode(
+            draft_hidden[drafting] = pooled_states(settings, _encode(
                 self.encoder, self.pair.draft.model, features, [clips[i] for i in drafting], "draft",
                 self.clock, self._draft_frames,
-            )  # fmt: skip
+            ))  # fmt: skip
         return draft_hidden, prompts
 
     def _blank_draft_rows(self, count: int) -> torch.Tensor:
-        """Draft encoder states for rows that never draft (a separate draft's encoder is not run for them)."""
+        """Pooled draft encoder states for rows that never draft (a separate draft's encoder is not run for
+        them)."""
         model = self.pair.draft.model
         positions = self._draft_frames // 2 if self.pair.kind is not DraftKind.SHARED_ENCODER else 1500
+        positions = pooled_positions(self.pair.draft_settings, positions)
         return torch.zeros(count, positions, model.config.d_model, dtype=model.dtype, device=model.device)
 
     def _frames_for(self, clips: list[ClipDecoding]) -> int:

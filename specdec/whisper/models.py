@@ -93,6 +93,8 @@ class DraftSettings:
     # (and its special tokens); None: its whole vocabulary
     audio_context: bool = False  # the draft encodes the window's audio only, not its padding to 30 s
     lean_step: bool = False  # the draft's decoder step in plain tensor ops (`engine.lean_decoder`)
+    frame_pooling: int = 1  # the draft's cross-attention reads its encoder states averaged over this many
+    # consecutive frames (1: every frame)
 
 
 @dataclass(frozen=True)
