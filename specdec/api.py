@@ -141,9 +141,9 @@ class SpeculativeWhisper:
 
         packed_kernels: give the models' decoders oneDNN-packed weights (CPU, float32; faster steps, the
         same output; `engine.kernels.pack`, undone by `kernels.unpack(model)`).
-        draft_settings: how the draft runs (int8, a restricted vocabulary, reading only the audio); never
-        changes the output. None: `fast_draft.CPU_DRAFT` for float32 on a CPU, the plain draft elsewhere;
-        `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`)."""
+        draft_settings: how the draft runs (int8, a restricted vocabulary, reading only the audio, pooled
+        encoder frames); never changes the output. None: `fast_draft.CPU_DRAFT` for float32 on a CPU,
+        the plain draft elsewhere; `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`)."""
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
         if packed_kernels:
             for model in (self.pair.target, self.pair.draft):
