@@ -1,13 +1,15 @@
-"""`python -m benchmarks cpu`: the bundled real pair on this CPU, every way to decode the same English audio.
+"""`python -m benchmarks cpu`: the bundled real pairs on this CPU, every way to decode the same English audio.
 
 In one process, on the same waveforms (assets/en-*, a 30 s window of dense speech made of them, and any
 --audio files), each `repeats` times in a rotated order on warm models: transformers' `generate()` on
 the target, our loop with the target alone, our loop with each draft variant (`VARIANTS`: the draft as
 loaded, then int8, a restricted vocabulary, audio-only encoding, the lean decoder step and pooled frames
 for its cross-attention added one by one) at fixed k and adaptive k (and the cost-aware k for the
-default variant), and faster-whisper (CTranslate2, the same whisper-base weights, the same thread count,
-beam 1) in float32 and int8 when it is installed. Greedy, English forced, no timestamps. Every output of
-ours is compared with `generate()`'s token ids, faster-whisper's with its text.
+default variant), the default CPU pair's self-draft (`SELF_VARIANT`: whisper-base's own, the same
+settings, beside the same target) at fixed k and adaptive k, and faster-whisper (CTranslate2, the same
+whisper-base weights, the same thread count, beam 1) in float32 and int8 when it is installed. Greedy,
+English forced, no timestamps. Every output of ours is compared with `generate()`'s token ids,
+faster-whisper's with its text.
 
 Apart from the decodes, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step
 of each variant, after a 20-token prompt, on the jfk clip's encoder states) and set against its memory
@@ -37,7 +39,7 @@ from specdec.engine.fast_draft import CPU_DRAFT, draft_frames, pooled_states, tu
 from specdec.engine.lean_decoder import LeanDecoder
 from specdec.options import TranscribeOptions
 from specdec.whisper.features import encode, features
-from specdec.whisper.models import DraftSettings
+from specdec.whisper.models import SELF_DRAFT, DraftSettings, load_self_draft, make_pair
 from specdec.whisper.tokens import WINDOW_FRAMES
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -53,6 +55,7 @@ VARIANTS = {  # the draft variants, each adding one lever to the one before
     "int8+vocab+audio+lean+pool": CPU_DRAFT,
 }
 DEFAULT_VARIANT = "int8+vocab+audio+lean+pool"  # what SpeculativeWhisper runs on a CPU without being told
+SELF_VARIANT = "self-draft"  # the default CPU pair's draft: whisper-base's own, with the same CPU settings
 PROMPT_TOKENS = 20  # cached tokens before a timed step
 COPY_BYTES = 256 * 2**20  # the bandwidth benchmark's tensor
 
@@ -99,6 +102,11 @@ def configs(options: CpuBenchOptions, faster_whisper: bool) -> list[Config]:
         name = f"specdec {DEFAULT_VARIANT}, k={long_k}"
         found.append(Config(name, "specdec", DEFAULT_VARIANT, "fixed", num_draft_tokens=long_k))
     found.append(Config(f"specdec {DEFAULT_VARIANT}, cost-aware", "specdec", DEFAULT_VARIANT, "cost-aware"))
+    found.append(Config(f"specdec {SELF_VARIANT}, k={k}", "specdec", SELF_VARIANT, "fixed"))
+    found.append(Config(f"specdec {SELF_VARIANT}, adaptive", "specdec", SELF_VARIANT, "adaptive"))
+    if long_k != k:
+        name = f"specdec {SELF_VARIANT}, k={long_k}"
+        found.append(Config(name, "specdec", SELF_VARIANT, "fixed", num_draft_tokens=long_k))
     if faster_whisper:
         found += [
             Config(f"faster-whisper {t}", "faster-whisper", compute_type=t) for t in ("float32", "int8")
@@ -130,6 +138,9 @@ class CpuBench:
             name: SpeculativeWhisper.from_pair(tune_draft(self.whisper.pair, settings))
             for name, settings in VARIANTS.items()
         }
+        target = self.whisper.pair.target  # the self-draft beside the same (packed) target
+        self_pair = make_pair(target, load_self_draft(SELF_DRAFT, target))
+        self.variants[SELF_VARIANT] = SpeculativeWhisper.from_pair(tune_draft(self_pair, CPU_DRAFT))
         self.faster_whisper, self.faster_whisper_note = _faster_whisper_models(options.faster_whisper)
         self.configs = configs(options, bool(self.faster_whisper))
 

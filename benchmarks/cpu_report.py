@@ -25,6 +25,7 @@ from benchmarks.common import cell, goal, leviathan_bound, print_goals, report_h
 from benchmarks.cpu import (
     DEFAULT_VARIANT,
     DENSE,
+    SELF_VARIANT,
     CpuBench,
     CpuBenchOptions,
     Run,
@@ -307,7 +308,10 @@ def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dic
     found = goals(rows, steps, batch, default)
     if long != default:  # the batch decodes at the default k only
         found += goals(rows, steps, batch, long, with_batch=False)
-    found += [*goals(rows, steps, batch, cost_aware), floor_goal(steps)]
+    found += goals(rows, steps, batch, cost_aware)
+    for k in dict.fromkeys((options.num_draft_tokens, options.long_num_draft_tokens)):  # the default pair's
+        found += goals(rows, steps, batch, f"specdec {SELF_VARIANT}, k={k}", with_batch=False)
+    found.append(floor_goal(steps))
     tokens = {name: len(runs[("generate()", name)][0].token_ids) for name in names}
     described = [f"{name} ({len(waveforms[name]) / 16_000:.1f} s, {tokens[name]} tokens)" for name in names]
     print(f"\nclips: {', '.join(described)}; {torch.get_num_threads()} threads; {options.repeats} rounds\n")
