@@ -3,13 +3,17 @@
     python scripts/make_distill_speech.py SPEECH --per-language 800 --languages en
     python scripts/make_distill_speech.py SPEECH --per-language 250 --seed 1 \
         --languages de,es,fr,nl,it,pt,ru,pl,sv,tr,cs
-    python scripts/make_shipped_draft.py SPEECH WORK [--epochs 6]
+    python scripts/make_shipped_draft.py SPEECH WORK --frame-pooling 1 [--epochs 6]
     python scripts/make_distill_speech.py MORE --languages en --texts fortunes --per-language 3000 --seed 2
-    python scripts/make_shipped_draft.py SPEECH WORK --more MORE --resume DRAFT --learning-rate 1e-4
+    python scripts/make_shipped_draft.py SPEECH WORK --more MORE --resume DRAFT --learning-rate 1e-4 \
+        --frame-pooling 1
 
 It is `python -m specdec distill base SPEECH OUT` with one difference in the data: every English window is
 kept for training but only 60 of each other language (English is what most users speak to it, and reading
 a window costs the target ~1.3 s here). The readings are cached in WORK, so a second run only trains.
+The shipped draft was trained on every encoder frame (`--frame-pooling 1`; pooling came later) and runs
+on frames averaged in groups of 4 on a CPU; a third stage trained on pooled frames was tried and not kept
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--resume", type=Path, default=None, help="a self-draft to train further")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup-steps", type=int, default=TrainingOptions.warmup_steps)
+    parser.add_argument(
+        "--frame-pooling",
+        type=int,
+        default=TrainingOptions.frame_pooling,
+        help="the draft reads the encoder states averaged over this many frames (1: every one)",
+    )
     parser.add_argument("--layers", default=None, help="the target's decoder layers to copy, e.g. 0,3,5")
     parser.add_argument(
         "--more", type=Path, action="append", default=[], help="another speech folder, every window kept"
@@ -85,7 +96,14 @@ def main() -> None:
     reading_seconds = time.perf_counter() - started
     kernels.unpack(pair.target.model)
     layers = parse_layers(args.layers, pair.target.model)
-    options = TrainingOptions(layers, epochs=args.epochs, learning_rate=args.learning_rate, seed=args.seed)
+    options = TrainingOptions(
+        layers,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps,
+        frame_pooling=args.frame_pooling,
+        seed=args.seed,
+    )
     resumed = None if args.resume is None else load_self_draft(args.resume, pair.target.model).float()
     started = time.perf_counter()
     student, history = train_draft(

@@ -118,11 +118,13 @@ def test_changed_draft_weights_are_refused(demo_models, distilled, tmp_path):
         load_pair(str(demo_models["target"]), str(copy), device="cpu")
 
 
-def test_distill_offers_the_cpu_drafts_vocabulary_by_default():
-    from specdec.distill.command import CPU_DRAFT_VOCABULARY
+def test_distill_offers_the_cpu_drafts_vocabulary_and_pooling_by_default():
+    from specdec.distill.command import CPU_DRAFT_FRAME_POOLING, CPU_DRAFT_VOCABULARY
+    from specdec.distill.train import TrainingOptions
     from specdec.engine.fast_draft import CPU_DRAFT
 
     assert CPU_DRAFT.vocabulary == CPU_DRAFT_VOCABULARY
+    assert CPU_DRAFT.frame_pooling == CPU_DRAFT_FRAME_POOLING == TrainingOptions().frame_pooling
 
 
 @pytest.mark.parametrize(

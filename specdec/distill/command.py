@@ -17,6 +17,7 @@ from pathlib import Path
 
 # the CPU draft's settings without torch (`engine.fast_draft.CPU_DRAFT`), for --help
 CPU_DRAFT_VOCABULARY = 16384
+CPU_DRAFT_FRAME_POOLING = 4
 
 
 def add_distill_parser(commands) -> argparse.ArgumentParser:
@@ -42,6 +43,12 @@ def add_distill_parser(commands) -> argparse.ArgumentParser:
         "--vocabulary",
         default=str(CPU_DRAFT_VOCABULARY),
         help="it proposes among this many most frequent text tokens, as the CPU draft runs; 'all': every one",
+    )
+    distill.add_argument(
+        "--frame-pooling",
+        type=int,
+        default=CPU_DRAFT_FRAME_POOLING,
+        help="it reads the encoder states averaged over this many frames, as the CPU draft runs; 1: all",
     )
     distill.add_argument(
         "--window-seconds",
@@ -82,7 +89,13 @@ def run_distill_command(args: argparse.Namespace) -> int:
     layers = parse_layers(args.layers, target)
     vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
     options = TrainingOptions(
-        layers, args.epochs, args.batch_size, args.learning_rate, vocabulary=vocabulary, seed=args.seed
+        layers,
+        args.epochs,
+        args.batch_size,
+        args.learning_rate,
+        vocabulary=vocabulary,
+        frame_pooling=args.frame_pooling,
+        seed=args.seed,
     )
     started = time.perf_counter()
     student, history = _train(target, training, held_out, options)

@@ -20,7 +20,8 @@ from torch.nn import functional as F
 from transformers import WhisperForConditionalGeneration
 
 from specdec.distill.data import Dataset, Sequence
-from specdec.engine.fast_draft import CPU_DRAFT, frequent_draft_ids
+from specdec.engine.fast_draft import CPU_DRAFT, frequent_draft_ids, pooled_states
+from specdec.whisper.models import DraftSettings
 from specdec.whisper.self_draft import make_student, own_parameters
 
 
@@ -38,6 +39,9 @@ class TrainingOptions:
     # the draft learns to propose among this many most frequent text tokens (and every special token), as
     # the CPU draft runs (`engine.fast_draft.CPU_DRAFT`); None: the whole vocabulary (3x the work per step)
     vocabulary: int | None = CPU_DRAFT.vocabulary
+    # the draft reads the target's encoder states averaged over this many frames, as the CPU draft runs
+    # (`engine.fast_draft.pooled_states`); 1: every frame
+    frame_pooling: int = CPU_DRAFT.frame_pooling
     seed: int = 0
 
 
@@ -77,7 +81,7 @@ def train_draft(
         parameter.requires_grad_(True)
     optimizer = torch.optim.AdamW(parameters, lr=options.learning_rate, weight_decay=0.0)
     vocabulary = Proposable.of(student, options.vocabulary)
-    history = [agreement(student, held_out, options.batch_size, vocabulary)]
+    history = [agreement(student, held_out, options.batch_size, vocabulary, options.frame_pooling)]
     if on_epoch is not None:
         on_epoch(0, history[0])
     best, best_state, stale, step = history[0].overall, _own_state(student), 0, 0
@@ -90,7 +94,7 @@ def train_draft(
             batch = [training.sequences[i] for i in order[start : start + options.batch_size]]
             for group in optimizer.param_groups:
                 group["lr"] = options.learning_rate * min(1.0, (step + 1) / options.warmup_steps)
-            loss = _loss(student, training, batch, options.kl_weight, vocabulary)
+            loss = _loss(student, training, batch, options.kl_weight, vocabulary, options.frame_pooling)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(parameters, 1.0)
@@ -98,7 +102,7 @@ def train_draft(
             step += 1
             if on_step is not None:
                 on_step(start // options.batch_size + 1, steps_per_epoch, loss.item())
-        history.append(agreement(student, held_out, options.batch_size, vocabulary))
+        history.append(agreement(student, held_out, options.batch_size, vocabulary, options.frame_pooling))
         if on_epoch is not None:
             on_epoch(epoch, history[-1])
         if history[-1].overall > best:
@@ -137,15 +141,16 @@ def agreement(
     dataset: Dataset,
     batch_size: int = 8,
     vocabulary: Proposable | None = None,
+    frame_pooling: int = 1,
 ) -> Agreement:
     """The share of generated positions where the draft's argmax (among the tokens it may propose) is the
-    target's token, with teacher forcing."""
+    target's token, with teacher forcing, the draft reading the encoder states pooled by frame_pooling."""
     vocabulary = vocabulary or Proposable.of(student, None)
     student.eval()
     hits: dict[str, list[int]] = {}
     for start in range(0, len(dataset.sequences), batch_size):
         batch = dataset.sequences[start : start + batch_size]
-        hidden, labels, _, owners = _forward(student, dataset, batch)
+        hidden, labels, _, owners = _forward(student, dataset, batch, frame_pooling)
         correct = (vocabulary.logits(hidden).argmax(-1) == vocabulary.columns[labels]).tolist()
         for owner, hit in zip(owners, correct, strict=True):
             sequence = batch[owner]
@@ -164,10 +169,11 @@ def _loss(
     batch: list[Sequence],
     kl_weight: float,
     vocabulary: Proposable,
+    frame_pooling: int,
 ) -> torch.Tensor:
     """Cross-entropy on the target's tokens the draft may propose, plus kl_weight times KL(target || draft)
     over the proposable tokens (both distributions renormalised there)."""
-    hidden, labels, target_hidden, _ = _forward(student, dataset, batch)
+    hidden, labels, target_hidden, _ = _forward(student, dataset, batch, frame_pooling)
     logits = vocabulary.logits(hidden)  # (positions, proposable)
     loss = F.cross_entropy(logits, vocabulary.columns[labels], ignore_index=-1)
     if kl_weight > 0:
@@ -177,9 +183,12 @@ def _loss(
     return loss
 
 
-def _forward(student: WhisperForConditionalGeneration, dataset: Dataset, batch: list[Sequence]):
+def _forward(
+    student: WhisperForConditionalGeneration, dataset: Dataset, batch: list[Sequence], frame_pooling: int
+):
     """The draft's final hidden states at every generated position of the batch (positions, d_model), the
-    target's tokens there, the target's hidden states there, and each position's sequence in the batch."""
+    target's tokens there, the target's hidden states there, and each position's sequence in the batch;
+    the draft reads the target's encoder states pooled by frame_pooling."""
     length = max(len(s.tokens) for s in batch) - 1
     eos = student.generation_config.eos_token_id
     inputs = torch.full((len(batch), length), eos, dtype=torch.long)
@@ -190,6 +199,7 @@ def _forward(student: WhisperForConditionalGeneration, dataset: Dataset, batch: 
             True  # positions that predict output
         )
     states = torch.stack([dataset.encoder_states[s.window] for s in batch]).float()
+    states = pooled_states(DraftSettings(frame_pooling=frame_pooling), states)
     decoder = student.model.decoder
     hidden = decoder(input_ids=inputs, encoder_hidden_states=states, use_cache=False).last_hidden_state
     labels = torch.cat([s.tokens[s.prompt_length :] for s in batch])
