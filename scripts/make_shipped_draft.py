@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from specdec.distill import data
-from specdec.distill.command import agreement_report, parse_layers, print_report, read_cached
+from specdec.distill.command import agreement_report, parse_layers, positive_int, print_report, read_cached
 from specdec.distill.train import TrainingOptions, train_draft
 from specdec.engine import kernels
 from specdec.whisper.models import load_pair
@@ -46,11 +46,11 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--resume", type=Path, default=None, help="a self-draft to train further")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup-steps", type=int, default=TrainingOptions.warmup_steps)
+    parser.add_argument("--warmup-steps", type=positive_int, default=TrainingOptions.warmup_steps)
     parser.add_argument(
         "--frame-pooling",
-        type=int,
-        default=TrainingOptions.frame_pooling,
+        type=positive_int,
+        default=1,  # as the shipped draft was trained; the CPU draft runs on groups of 4
         help="the draft reads the encoder states averaged over this many frames (1: every one)",
     )
     parser.add_argument("--layers", default=None, help="the target's decoder layers to copy, e.g. 0,3,5")

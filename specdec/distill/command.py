@@ -20,6 +20,14 @@ CPU_DRAFT_VOCABULARY = 16384
 CPU_DRAFT_FRAME_POOLING = 4
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def add_distill_parser(commands) -> argparse.ArgumentParser:
     distill = commands.add_parser(
         "distill", help="train a draft that shares the target's encoder, from unlabelled audio (a self-draft)"
@@ -46,7 +54,7 @@ def add_distill_parser(commands) -> argparse.ArgumentParser:
     )
     distill.add_argument(
         "--frame-pooling",
-        type=int,
+        type=positive_int,
         default=CPU_DRAFT_FRAME_POOLING,
         help="it reads the encoder states averaged over this many frames, as the CPU draft runs; 1: all",
     )

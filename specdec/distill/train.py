@@ -44,6 +44,11 @@ class TrainingOptions:
     frame_pooling: int = CPU_DRAFT.frame_pooling
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        for name in ("frame_pooling", "warmup_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+
 
 @dataclass(frozen=True)
 class Agreement:

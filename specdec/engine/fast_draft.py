@@ -76,8 +76,9 @@ def tune_draft(pair: ModelPair, settings: DraftSettings | None = None) -> ModelP
         settings = default_settings(pair.target.model)
     if pair.kind is DraftKind.SHARED_ENCODER:
         settings = dataclasses.replace(settings, audio_context=False)
-    if settings.frame_pooling < 1:
-        raise ValueError("the draft's frame pooling must be a whole number of frames, at least 1")
+    pooling = settings.frame_pooling
+    if not isinstance(pooling, int) or isinstance(pooling, bool) or pooling < 1:
+        raise ValueError(f"the draft's frame pooling must be a whole number, at least 1, not {pooling!r}")
     # the loaded draft's weights: neither the step's code nor the pooling of its states changes them
     if dataclasses.replace(settings, lean_step=False, frame_pooling=1) == DraftSettings():
         return dataclasses.replace(pair, draft=plain, draft_settings=settings, plain_draft=None)
