@@ -150,7 +150,7 @@ class ModelStore:
             else:
                 draft = self._model(draft_name, device, dtype)
             # the draft runs as SpeculativeWhisper runs it by default (on a CPU: int8, restricted vocabulary,
-            # lean step); the page's timings are then what the package and the CLI give
+            # lean step, pooled frames); the page's timings are then what the package and the CLI give
             pair = make_pair(target, draft)
             whisper = SpeculativeWhisper.from_pair(tune_draft(pair))
         except PairError as error:
