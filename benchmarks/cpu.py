@@ -352,7 +352,7 @@ def step_costs(bench: CpuBench, waveform: np.ndarray, log) -> dict:
         draft, settings = whisper.pair.draft.model, whisper.pair.draft_settings
         frames = draft_frames(settings, clip_features, WINDOW_FRAMES)
         decoder = LeanDecoder if settings.lean_step else CachedDecoder
-        hidden = pooled_states(settings, encode(draft, clip_features[..., :frames])[0])
+        hidden = pooled_states(encode(draft, clip_features[..., :frames])[0], settings.frame_pooling)
         kinds[f"draft {name}, 1 token"] = (draft, hidden, 1, decoder)
     seconds: dict[str, list[float]] = {name: [] for name in kinds}
     bandwidths = []

@@ -168,11 +168,11 @@ def test_the_lean_step_follows_weights_changed_after_first_use(separate_pair):
 
 def test_pooled_states_are_the_means_of_consecutive_frames(real_pair):
     hidden = torch.randn(2, 10, 3, generator=torch.Generator().manual_seed(0))
-    pooled = pooled_states(DraftSettings(frame_pooling=4), hidden)
-    assert pooled.shape == (2, pooled_positions(DraftSettings(frame_pooling=4), 10), 3) == (2, 3, 3)
+    pooled = pooled_states(hidden, 4)
+    assert pooled.shape == (2, pooled_positions(10, 4), 3) == (2, 3, 3)
     groups = [hidden[:, :4], hidden[:, 4:8], hidden[:, 8:]]  # the last group: the two frames left
     assert torch.allclose(pooled, torch.stack([group.mean(1) for group in groups], dim=1))
-    assert pooled_states(DraftSettings(), hidden) is hidden
+    assert pooled_states(hidden, DraftSettings().frame_pooling) is hidden
     with pytest.raises(ValueError, match="frame pooling"):
         tune_draft(real_pair.pair, DraftSettings(frame_pooling=0))
 

@@ -21,7 +21,6 @@ from transformers import WhisperForConditionalGeneration
 
 from specdec.distill.data import Dataset, Sequence
 from specdec.engine.fast_draft import CPU_DRAFT, frequent_draft_ids, pooled_states
-from specdec.whisper.models import DraftSettings
 from specdec.whisper.self_draft import make_student, own_parameters
 
 
@@ -204,7 +203,7 @@ def _forward(
             True  # positions that predict output
         )
     states = torch.stack([dataset.encoder_states[s.window] for s in batch]).float()
-    states = pooled_states(DraftSettings(frame_pooling=frame_pooling), states)
+    states = pooled_states(states, frame_pooling)
     decoder = student.model.decoder
     hidden = decoder(input_ids=inputs, encoder_hidden_states=states, use_cache=False).last_hidden_state
     labels = torch.cat([s.tokens[s.prompt_length :] for s in batch])

@@ -103,18 +103,19 @@ def draft_frames(settings: DraftSettings, windows: torch.Tensor, window_frames: 
     return frames + frames % 2  # the encoder's second convolution halves the frames
 
 
-def pooled_states(settings: DraftSettings, hidden: torch.Tensor) -> torch.Tensor:
+def pooled_states(hidden: torch.Tensor, frame_pooling: int) -> torch.Tensor:
     """The draft's encoder states (rows, positions, d_model) as its cross-attention reads them: averaged
-    over groups of settings.frame_pooling consecutive positions, the last group over what is left."""
-    if settings.frame_pooling == 1:
+    over groups of frame_pooling consecutive positions (`DraftSettings.frame_pooling`), the last group over
+    what is left."""
+    if frame_pooling == 1:
         return hidden
-    pooled = F.avg_pool1d(hidden.transpose(1, 2), settings.frame_pooling, ceil_mode=True)
+    pooled = F.avg_pool1d(hidden.transpose(1, 2), frame_pooling, ceil_mode=True)
     return pooled.transpose(1, 2).contiguous()
 
 
-def pooled_positions(settings: DraftSettings, positions: int) -> int:
+def pooled_positions(positions: int, frame_pooling: int) -> int:
     """How many positions `pooled_states` makes of `positions`."""
-    return -(-positions // settings.frame_pooling)
+    return -(-positions // frame_pooling)
 
 
 def sounding_frames(windows: torch.Tensor) -> int:

@@ -241,17 +241,17 @@ class WindowBatch:
         rows that do not draft), pooled as its settings say (`fast_draft.pooled_states`), and their draft
         prompts."""
         prompts = [self.pair.vocabulary.prompt_to_draft(row.sequence) for row in rows]
-        settings = self.pair.draft_settings
+        pooling = self.pair.draft_settings.frame_pooling
         if self.pair.kind is DraftKind.SHARED_ENCODER:
-            return pooled_states(settings, hidden), prompts
+            return pooled_states(hidden, pooling), prompts
         drafting = [i for i, row in enumerate(rows) if row.drafts]
         draft_hidden = self._blank_draft_rows(len(rows))
         if drafting:
             features = [clips[i].features.draft for i in drafting]
-            draft_hidden[drafting] = pooled_states(settings, _encode(
+            draft_hidden[drafting] = pooled_states(_encode(
                 self.encoder, self.pair.draft.model, features, [clips[i] for i in drafting], "draft",
                 self.clock, self._draft_frames,
-            ))  # fmt: skip
+            ), pooling)  # fmt: skip
         return draft_hidden, prompts
 
     def _blank_draft_rows(self, count: int) -> torch.Tensor:
@@ -259,7 +259,7 @@ class WindowBatch:
         them)."""
         model = self.pair.draft.model
         positions = self._draft_frames // 2 if self.pair.kind is not DraftKind.SHARED_ENCODER else 1500
-        positions = pooled_positions(self.pair.draft_settings, positions)
+        positions = pooled_positions(positions, self.pair.draft_settings.frame_pooling)
         return torch.zeros(count, positions, model.config.d_model, dtype=model.dtype, device=model.device)
 
     def _frames_for(self, clips: list[ClipDecoding]) -> int:
