@@ -7,9 +7,11 @@ loaded, then int8, a restricted vocabulary, audio-only encoding, the lean decode
 for its cross-attention added one by one) at fixed k and adaptive k (and the cost-aware k for the
 default variant), the default CPU pair's self-draft (`SELF_VARIANT`: whisper-base's own, the same
 settings, beside the same target) at fixed k and adaptive k, and faster-whisper (CTranslate2, the same
-whisper-base weights, the same thread count, beam 1) in float32 and int8 when it is installed. Greedy,
-English forced, no timestamps. Every output of ours is compared with `generate()`'s token ids,
-faster-whisper's with its text.
+whisper-base weights, the same thread count, beam 1) in float32 and int8 when it is installed, the same
+way after ours in a child process (`faster_whisper_runs`: CTranslate2 loaded beside torch, its threads
+left waiting after each call took our cores; our target alone's decode measured 1.32 s -> 2.08 s over
+the four clips). Greedy, English forced, no timestamps. Every output of ours is compared with
+`generate()`'s token ids, faster-whisper's with its text.
 
 Apart from the decodes, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step
 of each variant, after a 20-token prompt, on the jfk clip's encoder states) and set against its memory
@@ -91,7 +93,8 @@ class Run:
     stats: dict = field(default_factory=dict)  # specdec: what the decoding recorded
 
 
-def configs(options: CpuBenchOptions, faster_whisper: bool) -> list[Config]:
+def configs(options: CpuBenchOptions) -> list[Config]:
+    """Our configurations, in the order every round starts from (faster-whisper's: `faster_whisper_runs`)."""
     found = [Config("generate()", "generate()"), Config("specdec target alone", "specdec")]
     k = options.num_draft_tokens
     for variant in VARIANTS:
@@ -107,10 +110,6 @@ def configs(options: CpuBenchOptions, faster_whisper: bool) -> list[Config]:
     if long_k != k:
         name = f"specdec {SELF_VARIANT}, k={long_k}"
         found.append(Config(name, "specdec", SELF_VARIANT, "fixed", num_draft_tokens=long_k))
-    if faster_whisper:
-        found += [
-            Config(f"faster-whisper {t}", "faster-whisper", compute_type=t) for t in ("float32", "int8")
-        ]
     return found
 
 
@@ -141,15 +140,12 @@ class CpuBench:
         target = self.whisper.pair.target  # the self-draft beside the same (packed) target
         self_pair = make_pair(target, load_self_draft(SELF_DRAFT, target))
         self.variants[SELF_VARIANT] = SpeculativeWhisper.from_pair(tune_draft(self_pair, CPU_DRAFT))
-        self.faster_whisper, self.faster_whisper_note = _faster_whisper_models(options.faster_whisper)
-        self.configs = configs(options, bool(self.faster_whisper))
+        self.configs = configs(options)
 
     def decode(self, config: Config, waveform: np.ndarray) -> Run:
         if config.engine == "generate()":
             token_ids, seconds = run_generate(self.whisper, waveform, LANGUAGE)
             return Run(seconds, token_ids, self.whisper.decode_text(token_ids))
-        if config.engine == "faster-whisper":
-            return _faster_whisper_run(self.faster_whisper[config.compute_type], waveform)
         k = self.options.num_draft_tokens if config.num_draft_tokens is None else config.num_draft_tokens
         policy = {"adaptive": config.policy == "adaptive", "cost_aware": config.policy == "cost-aware"}
         speculative = config.variant is not None
@@ -162,18 +158,41 @@ class CpuBench:
 
     def measure(self, waveforms: dict[str, np.ndarray], log) -> dict[tuple[str, str], list[Run]]:
         """(config, clip) -> one Run per round; a first untimed decode of the first clip warms each up."""
-        first = next(iter(waveforms.values()))
-        for config in self.configs:
-            self.decode(config, first)
-        runs: dict[tuple[str, str], list[Run]] = {}
-        for round_index in range(self.options.repeats):
-            shift = round_index % len(self.configs)
-            order = self.configs[shift:] + self.configs[:shift]
-            for name, waveform in waveforms.items():
-                for config in order:
-                    runs.setdefault((config.name, name), []).append(self.decode(config, waveform))
-            log(f"round {round_index + 1}/{self.options.repeats} done")
-        return runs
+        return measure(self.configs, self.decode, waveforms, self.options.repeats, log)
+
+
+def measure(
+    configs: list[Config], decode, waveforms: dict[str, np.ndarray], repeats: int, log
+) -> dict[tuple[str, str], list[Run]]:
+    """(config, clip) -> one Run per round of decode(config, waveform), the configurations rotated each
+    round; a first untimed decode of the first clip warms each up."""
+    first = next(iter(waveforms.values()))
+    for config in configs:
+        decode(config, first)
+    runs: dict[tuple[str, str], list[Run]] = {}
+    for round_index in range(repeats):
+        shift = round_index % len(configs)
+        order = configs[shift:] + configs[:shift]
+        for name, waveform in waveforms.items():
+            for config in order:
+                runs.setdefault((config.name, name), []).append(decode(config, waveform))
+        log(f"round {round_index + 1}/{repeats} done")
+    return runs
+
+
+def faster_whisper_runs(
+    options: CpuBenchOptions, waveforms: dict[str, np.ndarray], threads: int
+) -> tuple[list[Config], dict[tuple[str, str], list[Run]], str]:
+    """faster-whisper float32 and int8 measured as `measure` measures ours, in the process that runs this:
+    a child of the benchmark's (spawned), so that CTranslate2 never runs beside our calls. Returns its
+    configurations, their runs and a note on the models (or on why there are none)."""
+    torch.set_num_threads(threads)
+    models, note = _faster_whisper_models(options.faster_whisper)
+    found = [Config(f"faster-whisper {t}", "faster-whisper", compute_type=t) for t in models]
+    if not found:
+        return [], {}, note
+    decode = lambda config, waveform: _faster_whisper_run(models[config.compute_type], waveform)  # noqa: E731
+    return found, measure(found, decode, waveforms, options.repeats, lambda message: None), note
 
 
 BATCH_POLICIES = {
