@@ -129,8 +129,8 @@ def verify(row: Row, proposal: Proposal, logits: torch.Tensor) -> Verdict:
         draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
         verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)
     else:
-        target_probs = torch.softmax(scores.float(), dim=-1)
         verdict = greedy_accept(draft_tokens, scores)
+        target_probs = torch.softmax(scores[: verdict.n_accepted + 1].float(), dim=-1)  # the rows recorded
     before = len(row.sequence)
     accept_tokens(row, proposal, verdict, target_probs)
     if row.no_speech is not None:
