@@ -48,6 +48,8 @@ class BatchBenchOptions:
     repeats: int | None = None  # interleaved rounds; None: 1 quick, 3 otherwise
     seed: int = 0  # model weights; row i's plan is seeded seed + i
     cache_dir: Path = DEFAULT_CACHE
+    device: str = "cpu"  # where the models run: "cpu" or "cuda"
+    dtype: str = "float32"  # the models' weights and activations: float32, float16 or bfloat16
 
     @property
     def rounds(self) -> int:
@@ -96,7 +98,14 @@ class BatchBench:
     def __init__(self, options: BatchBenchOptions, log: Callable[[str], None] = print) -> None:
         self.options, self.log = options, log
         self.bench = Bench(
-            BenchOptions(size=options.size, seed=options.seed, cache_dir=options.cache_dir), log
+            BenchOptions(
+                size=options.size,
+                seed=options.seed,
+                cache_dir=options.cache_dir,
+                device=options.device,
+                dtype=options.dtype,
+            ),
+            log,
         )
         self.bench.assistants.clear()  # transformers' assisted generation is not run here
         self.clips: list[Clip] = self.bench.clips()
@@ -299,7 +308,8 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
     from benchmarks.plots import write_batch_report  # plotly only here
 
     title = (
-        f"specdec batch scaling, {options.size} models, α={options.alpha:g}, CPU float32 ({report['date']})"
+        f"specdec batch scaling, {options.size} models, α={options.alpha:g}, "
+        f"{options.device} {options.dtype} ({report['date']})"
     )
     written = [out_dir / "batch.json", write_batch_report(rows, out_dir, title)]
     print(f"wrote {', '.join(map(str, written))} ({report['wall_seconds']:.0f} s)")

@@ -47,12 +47,12 @@ def report_header(command: str, options: object) -> dict:
     return {
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": machine(),
+        "machine": machine(options),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
     }
 
 
-def machine() -> dict:
+def machine(options: object = None) -> dict:
     """What the numbers were measured on."""
     import platform
 
@@ -71,8 +71,8 @@ def machine() -> dict:
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "device": "cpu",
-        "dtype": "float32",
+        "device": getattr(options, "device", "cpu"),
+        "dtype": getattr(options, "dtype", "float32"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),

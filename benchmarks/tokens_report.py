@@ -193,7 +193,7 @@ def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
         print(f"\nall {len(rows)} configurations produced generate()'s output token for token")
     report["wall_seconds"] = time.perf_counter() - started
     write_json(report, out_dir / "bench.json")
-    title = f"specdec benchmark, {options.size} models, CPU float32 ({report['date']})"
+    title = f"specdec benchmark, {options.size} models, {options.device} {options.dtype} ({report['date']})"
     from benchmarks.plots import write_report  # plotly only here
 
     written = [out_dir / "bench.json", *write_report(rows, out_dir, title)]

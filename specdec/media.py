@@ -11,10 +11,14 @@ other files or URLs, which ffmpeg would otherwise open on behalf of whoever uplo
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
+
+if TYPE_CHECKING:
+    import av
 
 # ffmpeg's demuxers for audio and video files (a name matches any of a demuxer's aliases: "mov" is
 # mov,mp4,m4a,3gp,3g2,mj2; "matroska" is matroska,webm). No playlists, image sequences or devices.
@@ -48,6 +52,7 @@ class AudioStream:
         Every frame is converted to planar float at the stream's rate (a stream whose layout or rate
         changes midway keeps its first layout and its header's rate). A packet the decoder or demuxer
         rejects ends the stream with a MediaError, whatever was decoded before it."""
+        av = _pyav()
         converter = av.AudioResampler(format="fltp", rate=self.sample_rate)
         pending: list[np.ndarray] = []  # each (channels, frames)
         held = 0
@@ -70,6 +75,7 @@ class AudioStream:
 def first_audio_stream(path: str) -> Iterator[AudioStream]:
     """Open a local file and give its first audio stream; NotMedia when ffmpeg does not open it, and a
     MediaError when it holds no audio stream. The file is closed on leaving."""
+    av = _pyav()
     try:
         container = av.open(path, options=OPEN_OPTIONS, metadata_errors="ignore")
     except av.error.ArgumentError as err:  # what format_whitelist answers for any other demuxer
@@ -96,8 +102,14 @@ def _recorded_seconds(container: av.container.InputContainer, stream: av.AudioSt
     if stream.duration is not None and stream.time_base is not None and stream.duration > 0:
         return float(stream.duration * stream.time_base)
     if container.duration is not None and container.duration > 0:
-        return container.duration / av.time_base
+        return container.duration / _pyav().time_base
     return None
+
+
+def _pyav():
+    """PyAV, imported on first use: only files soundfile cannot open need it (wav, flac and ogg never do),
+    and importing it loads ffmpeg's libraries (~40 ms)."""
+    return importlib.import_module("av")
 
 
 def _container_kind(path: str) -> str | None:

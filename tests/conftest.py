@@ -27,6 +27,9 @@ from specdec.api import SpeculativeWhisper  # noqa: E402
 from specdec.whisper.demo import build_demo_models  # noqa: E402
 from specdec.whisper.models import DraftKind  # noqa: E402
 
+# where the demo pairs run: "cpu" here and on CI; SPECDEC_TEST_DEVICE=cuda runs the same tests on a GPU
+TEST_DEVICE = os.environ.get("SPECDEC_TEST_DEVICE", "cpu")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one worker per core, one thread per worker
     torch.set_num_threads(1)
 
@@ -68,8 +71,10 @@ def same_vocabulary_draft(demo_models, tmp_path_factory) -> Path:
 
 
 def _whisper(target: Path, draft: Path, dtype: torch.dtype = torch.float32) -> SpeculativeWhisper:
-    """As a user builds one: loaded by SpeculativeWhisper itself, so with the packed CPU kernels."""
-    return SpeculativeWhisper(draft_model=str(draft), final_model=str(target), device="cpu", dtype=dtype)
+    """As a user builds one: loaded by SpeculativeWhisper itself (on a CPU with the packed kernels)."""
+    return SpeculativeWhisper(
+        draft_model=str(draft), final_model=str(target), device=TEST_DEVICE, dtype=dtype
+    )
 
 
 @pytest.fixture(scope="session")

@@ -67,11 +67,14 @@ def generate_long(whisper: SpeculativeWhisper, waveform: np.ndarray, options: De
     assert inputs.input_features.shape[-1] > WINDOW_FRAMES  # generate() takes its long-form path
     prompt_ids = None
     if options.prompt_ids:  # as WhisperProcessor.get_prompt_ids gives it
-        prompt_ids = torch.tensor([target.model.generation_config.prev_sot_token_id, *options.prompt_ids])
+        prompt_ids = torch.tensor(
+            [target.model.generation_config.prev_sot_token_id, *options.prompt_ids],
+            device=target.model.device,
+        )
     with torch.inference_mode():
         sequences = target.model.generate(
-            inputs.input_features.to(target.model.dtype),
-            attention_mask=inputs.attention_mask,
+            inputs.input_features.to(target.model.device, target.model.dtype),
+            attention_mask=inputs.attention_mask.to(target.model.device),
             language=options.language,
             task=options.task,
             return_timestamps=True,

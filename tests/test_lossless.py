@@ -64,13 +64,17 @@ def _generate(target: LoadedModel, waveform: np.ndarray, options: DecodeOptions)
     config = target.model.generation_config
     multilingual = config.is_multilingual  # an English-only model takes neither language nor task
     previous = (
-        {"prompt_ids": torch.tensor([config.prev_sot_token_id, *options.prompt_ids])}
+        {
+            "prompt_ids": torch.tensor(
+                [config.prev_sot_token_id, *options.prompt_ids], device=target.model.device
+            )
+        }
         if options.prompt_ids
         else {}
     )
     with torch.inference_mode():
         output = target.model.generate(
-            features.input_features.to(target.model.dtype),
+            features.input_features.to(target.model.device, target.model.dtype),
             language=options.language if multilingual else None,
             task=options.task if multilingual else None,
             return_timestamps=options.timestamps,

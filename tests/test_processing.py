@@ -150,3 +150,17 @@ def test_probs_match_transformers_warpers():
     expected = torch.softmax(warpers(None, scores.clone()), dim=-1)
     assert torch.allclose(pipeline.probs(scores), expected, atol=0, rtol=0)
     assert torch.allclose(pipeline.probs(scores).sum(-1), torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_probs_are_warped_as_generate_warps_them(dtype):
+    """generate() casts every model's logits to float32 before its processors: a float16 or bfloat16
+    model's sampling distribution is the float32 warping of its logits (top-p's cumulative sum in half
+    precision would move tokens in or out of the nucleus)."""
+    config = generation_config()
+    logits = torch.randn(50, VOCAB, generator=torch.Generator().manual_seed(1)).to(dtype)
+    pipeline = LogitsPipeline(config, 4, False, temperature=0.7, top_p=0.9)
+    scores = pipeline.scores_at([50258, 50259, 50360, NO_TIMESTAMPS], list(range(11, 60)), logits)
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopPLogitsWarper(0.9)])
+    expected = torch.softmax(warpers(None, scores.float()), dim=-1)
+    assert torch.equal(pipeline.probs(scores), expected)

@@ -90,10 +90,12 @@ class LogitsPipeline:
         return self._masks[vocab_size]
 
     def probs(self, scores: torch.Tensor) -> torch.Tensor:
-        """Sampling distribution (n, vocab) from processed scores: temperature, then top-p, then softmax."""
-        warped = self.warpers(None, scores)
-        low_precision = warped.dtype in (torch.float16, torch.bfloat16)
-        return torch.softmax(warped.float() if low_precision else warped, dim=-1)
+        """Sampling distribution (n, vocab) from processed scores: temperature, then top-p, then softmax.
+
+        Half-precision scores are warped in float32, as generate() processes every model's logits (top-p's
+        cumulative sum in float16 moves tokens in or out of the nucleus)."""
+        low_precision = scores.dtype in (torch.float16, torch.bfloat16)
+        return torch.softmax(self.warpers(None, scores.float() if low_precision else scores), dim=-1)
 
 
 class TimestampRules:
