@@ -25,7 +25,7 @@ from torch import nn
 
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.common import goal, print_goals, report_header, write_json
-from benchmarks.controlled import controlled, row_plans
+from benchmarks.controlled import controlled, planted, row_plans
 from benchmarks.tokens import Bench, BenchOptions, Clip, Config, EncoderMemo
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions
@@ -151,7 +151,9 @@ class BatchBench:
             adaptive=False,  # fixed k, or cost-aware
             cost_aware=config.cost_aware,
         )
-        make_drafter = controlled(pair, self.plans[: config.batch_size]) if config.draft else None
+        make_drafter = None
+        if config.draft:
+            make_drafter, options = controlled(pair, self.plans[: config.batch_size]), planted(options)
         features = [PairFeatures(clip.features["target"], clip.features.get(config.draft)) for clip in rows]
         start = time.perf_counter()
         results = decode_clips(

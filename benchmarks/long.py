@@ -26,7 +26,7 @@ import numpy as np
 from benchmarks.batch import RowEncoder
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.common import report_header, write_json
-from benchmarks.controlled import controlled, row_plans
+from benchmarks.controlled import controlled, planted, row_plans
 from benchmarks.tokens import ASSETS, Bench, BenchOptions
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
 from specdec.longform.chunked import (
@@ -161,9 +161,10 @@ class LongBench:
         """One batch of chunks (chunks[first:] of it): their results and decode seconds."""
         plans = self.plans[first : first + len(group)] if speculative and self.plans else None
         make_drafter = controlled(pair, plans) if plans else None
+        options = planted(self.decode_options) if plans else self.decode_options
         start = time.perf_counter()
         results = decode_chunks(
-            pair, self.waveform, group, self.decode_options, speculative, len(group),
+            pair, self.waveform, group, options, speculative, len(group),
             encoder=self.encoder, make_drafter=make_drafter,
         )  # fmt: skip
         seconds = time.perf_counter() - start

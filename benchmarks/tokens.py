@@ -25,7 +25,14 @@ from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
-from benchmarks.controlled import AcceptancePlan, AssistantPlan, WrongToken, controlled, plan_from
+from benchmarks.controlled import (
+    AcceptancePlan,
+    AssistantPlan,
+    WrongToken,
+    controlled,
+    plan_from,
+    planted,
+)
 from specdec.audio import load_audio
 from specdec.engine import kernels
 from specdec.engine.windows import decode_clips
@@ -264,7 +271,9 @@ class Bench:
             adaptive=config.adaptive,
         )
         clip_features = PairFeatures(clip.features["target"], clip.features.get(config.draft))
-        make_drafter = controlled(pair, [clip.plans[config.alpha]]) if config.alpha is not None else None
+        make_drafter = None
+        if config.alpha is not None:
+            make_drafter, options = controlled(pair, [clip.plans[config.alpha]]), planted(options)
         (result,) = decode_clips(
             pair, [clip_features], options, config.draft is not None, make_drafter, encoder=self.memo
         )

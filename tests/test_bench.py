@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmarks.common import leviathan_bound
-from benchmarks.controlled import controlled, judged, make_plan, plan_from
+from benchmarks.controlled import controlled, judged, make_plan, plan_from, planted
 from benchmarks.tokens import BenchOptions
 from benchmarks.tokens_report import run_and_report
 from specdec.api import SpeculativeWhisper
@@ -70,8 +70,12 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
         for alpha in ALPHAS:
             plan = plan_from(baseline, alpha, seed=seed)
             make_drafter = controlled(whisper.pair, [plan])  # an ordinary drafter in front of the draft model
-            result = whisper.transcribe_waveforms([waveform], options, make_drafter=make_drafter)[0].result
+            result = whisper.transcribe_waveforms([waveform], planted(options), make_drafter=make_drafter)
+            result = result[0].result
             assert list(result.token_ids) == expected, f"alpha {alpha}: output differs from generate()"
+            if alpha == 1.0:  # a planted proposal is sure: k or more drafted a pass, up to the budget's end
+                drafted = [len(step.drafted) for step in result.steps if step.drafted]
+                assert min(drafted[:-1]) >= options.num_draft_tokens, f"drafted per pass: {drafted}"
             examined = judged(result)
             # the target judged exactly the plan: accepted where it agrees, rejected where it does not
             assert [ok for *_, ok in examined] == [plan.agree[w][p] for w, p, _ in examined]
