@@ -113,14 +113,16 @@ def test_rows_accept_their_own_number_and_finished_rows_leave(separate_pair, mon
             accepted_by_step[step.pass_index].append(step.n_accepted)
     assert any(len(set(n_accepted)) > 1 for n_accepted in accepted_by_step.values())
     assert max(len(n) for n in accepted_by_step.values()) == len(BATCH)
-    # round w decodes every clip's window w together: the target runs as many passes as that round's
-    # longest row needs, and each row is in exactly its own passes (finished rows have left)
+    # a clip whose window is done rejoins with its next window at the next pass: the target runs at least
+    # as many passes as the longest clip needs and at most one round per window after another; each row
+    # is in exactly its own passes (finished rows have left)
     steps_by_window = defaultdict(list)
     for result in results:
         for window in {step.window for step in result.steps}:
             steps_by_window[window].append(sum(step.window == window for step in result.steps))
     assert len(set(steps_by_window[0])) > 1, "the rows should finish at different steps"
-    assert len(target_batch_sizes) == sum(max(steps) for steps in steps_by_window.values())
+    longest_clip = max(len(result.steps) for result in results)
+    assert longest_clip <= len(target_batch_sizes) <= sum(max(steps) for steps in steps_by_window.values())
     assert sum(target_batch_sizes) == sum(len(result.steps) for result in results)
     assert target_batch_sizes[0] == len(BATCH) and min(target_batch_sizes) == 1
 

@@ -100,7 +100,7 @@ def test_windowed_features_are_the_whole_file_features(separate_pair, draft):
     whole = whole_features(separate_pair, waveform, draft)
     assert windows.shape == tuple(whole.shape)
     for seek in (0, 1234, WINDOW_FRAMES, whole.shape[-1] - 700, whole.shape[-1] - 1):
-        assert torch.equal(windows.window(seek), window_features(whole, seek)), f"seek {seek}"
+        assert torch.equal(windows.window(seek).cpu(), window_features(whole, seek)), f"seek {seek}"
 
 
 # --- sequential mode == generate() ---

@@ -103,6 +103,11 @@ def test_self_draft_is_refused_for_another_targets_weights(demo_models, distille
         load_pair(str(other), str(distilled), device="cpu")
 
 
+def test_a_bfloat16_target_is_told_to_load_in_float16_or_float32(demo_models, distilled):
+    with pytest.raises(PairError, match="float16 or float32"):
+        load_pair(str(demo_models["target"]), str(distilled), device="cpu", dtype=torch.bfloat16)
+
+
 def test_self_draft_name_without_a_shipped_draft_says_how_to_make_one(demo_models):
     with pytest.raises(PairError, match="python -m specdec distill"):
         load_pair(str(demo_models["target"]), "self", device="cpu")

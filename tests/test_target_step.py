@@ -55,7 +55,7 @@ def test_the_real_target_step_equals_the_models_forward(real_pair, monkeypatch):
 
 def test_a_demo_target_in_float64(float64_pair, monkeypatch):
     model = float64_pair.pair.target.model
-    hidden = torch.randn(2, 1500, model.config.d_model, dtype=torch.float64)
+    hidden = torch.randn(2, 1500, model.config.d_model, dtype=torch.float64).to(model.device)
     assert feed_both(model, hidden, monkeypatch) > 20
 
 

@@ -256,6 +256,11 @@ def is_self_draft_name(name: str) -> bool:
 
 def load_self_draft(name: str, target: LoadedModel) -> LoadedModel:
     """A self-draft folder (or SELF_DRAFT: the one shipped for this target) around the loaded target."""
+    if target.model.dtype == torch.bfloat16:  # its float16 bytes are no longer the checkpoint's
+        raise PairError(
+            "a self-draft is matched to its target by the target's weights in float16, which bfloat16 "
+            "has rounded away: load the pair in float16 or float32 (dtype=)"
+        )
     folder = self_draft.shipped_draft(target.model) if name == SELF_DRAFT else Path(name).expanduser()
     if folder is None:
         raise PairError(
