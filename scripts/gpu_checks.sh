@@ -4,6 +4,7 @@
 #
 #   scripts/gpu_checks.sh smoke   the demo-model tests on CUDA, tokens and batch benchmarks on demo models
 #   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, bfloat16, float32) and batch (1, 4, 8)
+#   scripts/gpu_checks.sh all     both in one call (on an H200 on 2026-11-26: smoke ~2 min, full ~6 min)
 #
 # A GPU host without the project's requirements installed (no registry) takes wheels from .whl/ when there
 # (scripts/gpu_wheels.sh fetches them). Figures and how to read them: docs/benchmarks.md, "On a GPU".
@@ -12,6 +13,10 @@
 set -u
 cd "$(dirname "$0")/.."
 MODE=${1:-smoke}
+case "$MODE" in
+    smoke | full | all) ;;
+    *) echo "usage: scripts/gpu_checks.sh [smoke|full|all]" >&2 && exit 2 ;;
+esac
 OUT=${OUT:-gpu-out}
 DEVICE=${DEVICE:-cuda}  # DEVICE=cpu tries the script itself on a machine without a GPU
 mkdir -p "$OUT"
@@ -41,12 +46,13 @@ bench() {  # bench NAME SECONDS BENCHMARK OPTIONS...
     stage "$name" "$limit" python3 -m benchmarks "$@" --device "$DEVICE" --out "$OUT/$name"
 }
 
-if [ "$MODE" = smoke ]; then
+if [ "$MODE" = smoke ] || [ "$MODE" = all ]; then
     TAIL=25 stage tests-cuda "${TEST_SECONDS:-150}" env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
         -n 8 tests/test_lossless.py tests/test_batching.py tests/test_longform.py tests/test_target_step.py
     bench tokens-small-f16 90 tokens --size small --quick --dtype float16
     bench batch-small-f16 60 batch --size small --quick --batch-sizes 1 4 8 --dtype float16
-else
+fi
+if [ "$MODE" = full ] || [ "$MODE" = all ]; then
     stage build-large 120 python3 -c "from benchmarks.checkpoints import bench_models; print(bench_models('large-v3'))"
     bench tokens-large-f16 "${F16_SECONDS:-200}" tokens --size large-v3 --quick --dtype float16 --audio assets/en-weather.wav \
         --max-new-tokens 64 --alphas 0.6 0.8 0.95 --repeats 3
