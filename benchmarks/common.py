@@ -52,7 +52,7 @@ def report_header(command: str, options: object) -> dict:
     }
 
 
-def machine(options: object = None) -> dict:
+def machine(options: object | None = None) -> dict:
     """What the numbers were measured on."""
     import platform
 

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The GPU issue's checks in one unattended run, each stage under its own time limit, every log and report
-# kept under $OUT (default gpu-out/), packed as $OUT/gpu-checks.tar.gz at the end.
+# The GPU checks in one unattended run: each stage under its own time limit, and all of them within
+# DEADLINE seconds of the start (a stage gets what is left, at most its own limit), every log and report
+# kept under $OUT (default gpu-out/) and packed as $OUT/gpu-checks.tar.gz at the end. Exit status: 1 if
+# any stage failed or ran out of time.
 #
 #   scripts/gpu_checks.sh smoke   the demo-model tests on CUDA, tokens and batch benchmarks on demo models
-#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, bfloat16, float32) and batch (1, 4, 8)
-#   scripts/gpu_checks.sh all     both in one call (on an H200 on 2026-11-26: smoke ~2 min, full ~6 min)
+#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, then bfloat16 and float32), batch 1, 4, 8
+#   scripts/gpu_checks.sh all     full, then smoke, in one call
 #
 # A GPU host without the project's requirements installed (no registry) takes wheels from .whl/ when there
-# (scripts/gpu_wheels.sh fetches them). Figures and how to read them: docs/benchmarks.md, "On a GPU".
-# On CUDA the first round of a benchmark pays first-use costs (new shapes, the allocator growing: 4.8 s
-# against 1.2 s for generate() on an H200): runs here take 3 rounds, and the median drops that one.
+# (scripts/gpu_wheels.sh fetches them). Benchmarks run 3 rounds: on CUDA the first pays first-use costs
+# (new shapes, the allocator growing) and the median drops it. How to read the figures: docs/benchmarks.md,
+# "On a GPU".
 set -u
 cd "$(dirname "$0")/.."
 MODE=${1:-smoke}
@@ -19,26 +21,37 @@ case "$MODE" in
 esac
 OUT=${OUT:-gpu-out}
 DEVICE=${DEVICE:-cuda}  # DEVICE=cpu tries the script itself on a machine without a GPU
+DEADLINE=$(($(date +%s) + ${DEADLINE:-570}))
+STATUS=0
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     rm -rf /tmp/site  # a warm machine keeps the last run's
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; then
+        echo "could not install the wheels in .whl/" >&2
+        exit 1
+    fi
     export PYTHONPATH="/tmp/site:$PWD"
 fi
 
-stage() {  # stage NAME SECONDS COMMAND...: run under a limit, log to $OUT/NAME.log, print its tail
-    local name=$1 limit=$2 start rc
+stage() {  # stage NAME SECONDS COMMAND...: run under min(SECONDS, time left), log to $OUT/NAME.log
+    local name=$1 limit=$2 left start rc
     shift 2
+    left=$((DEADLINE - $(date +%s)))
+    if [ "$left" -lt 20 ]; then
+        echo "== $name: skipped, no time left"
+        STATUS=1
+        return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
     start=$(date +%s)
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     rc=$?
+    [ "$rc" -ne 0 ] && STATUS=1
     echo "== $name: exit $rc after $(($(date +%s) - start)) s (limit $limit)"
     tail -n "${TAIL:-12}" "$OUT/$name.log"
+    echo
 }
-
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 
 bench() {  # bench NAME SECONDS BENCHMARK OPTIONS...
     local name=$1 limit=$2
@@ -46,21 +59,26 @@ bench() {  # bench NAME SECONDS BENCHMARK OPTIONS...
     stage "$name" "$limit" python3 -m benchmarks "$@" --device "$DEVICE" --out "$OUT/$name"
 }
 
-if [ "$MODE" = smoke ] || [ "$MODE" = all ]; then
-    TAIL=25 stage tests-cuda "${TEST_SECONDS:-150}" env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
-        -n 8 tests/test_lossless.py tests/test_batching.py tests/test_longform.py tests/test_target_step.py
-    bench tokens-small-f16 90 tokens --size small --quick --dtype float16
-    bench batch-small-f16 60 batch --size small --quick --batch-sizes 1 4 8 --dtype float16
-fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
 if [ "$MODE" = full ] || [ "$MODE" = all ]; then
     stage build-large 120 python3 -c "from benchmarks.checkpoints import bench_models; print(bench_models('large-v3'))"
-    bench tokens-large-f16 "${F16_SECONDS:-200}" tokens --size large-v3 --quick --dtype float16 --audio assets/en-weather.wav \
+    bench tokens-large-float16 200 tokens --size large-v3 --quick --dtype float16 --audio assets/en-weather.wav \
         --max-new-tokens 64 --alphas 0.6 0.8 0.95 --repeats 3
-    bench batch-large-f16 "${BATCH_SECONDS:-100}" batch --size large-v3 --batch-sizes 1 4 8 --repeats 3 --dtype float16
+    bench batch-large-float16 100 batch --size large-v3 --batch-sizes 1 4 8 --repeats 3 --dtype float16
     for dtype in bfloat16 float32; do
-        bench "tokens-large-$dtype" "${OTHER_SECONDS:-80}" tokens --size large-v3 --quick --alphas 0.8 \
-            --max-new-tokens 64 --repeats 3 --dtype "$dtype"
+        bench "tokens-large-$dtype" 120 tokens --size large-v3 --quick --alphas 0.8 --max-new-tokens 64 \
+            --repeats 3 --dtype "$dtype"
     done
 fi
+if [ "$MODE" = smoke ] || [ "$MODE" = all ]; then
+    TAIL=25 stage tests-cuda 150 env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider \
+        -p no:benchmark -n 8 tests/test_lossless.py tests/test_batching.py tests/test_longform.py \
+        tests/test_target_step.py tests/test_bench.py
+    bench tokens-small-float16 90 tokens --size small --quick --dtype float16
+    bench batch-small-float16 60 batch --size small --quick --batch-sizes 1 4 8 --dtype float16
+fi
 tar -czf "$OUT/gpu-checks.tar.gz" -C "$OUT" --exclude gpu-checks.tar.gz . 2>/dev/null
-echo "packed $(du -h "$OUT/gpu-checks.tar.gz" | cut -f1)"
+echo "packed $(du -h "$OUT/gpu-checks.tar.gz" | cut -f1); exit $STATUS"
+exit "$STATUS"

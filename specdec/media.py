@@ -11,7 +11,6 @@ other files or URLs, which ffmpeg would otherwise open on behalf of whoever uplo
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -108,8 +107,10 @@ def _recorded_seconds(container: av.container.InputContainer, stream: av.AudioSt
 
 def _pyav():
     """PyAV, imported on first use: only files soundfile cannot open need it (wav, flac and ogg never do),
-    and importing it loads ffmpeg's libraries (~40 ms)."""
-    return importlib.import_module("av")
+    and importing it loads ffmpeg's libraries."""
+    import av
+
+    return av
 
 
 def _container_kind(path: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +123,8 @@ def test_rows_accept_their_own_number_and_finished_rows_leave(separate_pair, mon
     assert len(set(steps_by_window[0])) > 1, "the rows should finish at different steps"
     longest_clip = max(len(result.steps) for result in results)
     assert longest_clip <= len(target_batch_sizes) <= sum(max(steps) for steps in steps_by_window.values())
+    rows_by_pass = Counter(step.pass_index for result in results for step in result.steps)
+    assert [rows_by_pass[index] for index in sorted(rows_by_pass)] == target_batch_sizes
     assert sum(target_batch_sizes) == sum(len(result.steps) for result in results)
     assert target_batch_sizes[0] == len(BATCH) and min(target_batch_sizes) == 1
 

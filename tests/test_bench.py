@@ -75,7 +75,7 @@ def test_controlled_acceptance_keeps_output_and_follows_plan(request, pair_name)
             assert list(result.token_ids) == expected, f"alpha {alpha}: output differs from generate()"
             if alpha == 1.0:  # a planted proposal is sure: k or more drafted a pass, up to the budget's end
                 drafted = [len(step.drafted) for step in result.steps if step.drafted]
-                assert min(drafted[:-1]) >= options.num_draft_tokens, f"drafted per pass: {drafted}"
+                assert len(drafted) > 1 and min(drafted[:-1]) >= options.num_draft_tokens, drafted
             examined = judged(result)
             # the target judged exactly the plan: accepted where it agrees, rejected where it does not
             assert [ok for *_, ok in examined] == [plan.agree[w][p] for w, p, _ in examined]
