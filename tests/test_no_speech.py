@@ -79,7 +79,8 @@ def test_an_option_left_none_takes_the_generation_configs_value():
     """generate()'s `_set_thresholds_and_condition`: a checkpoint may set the thresholds itself."""
     config = GenerationConfig(decoder_start_token_id=50258, no_timestamps_token_id=50364)
     prompt = [50362, 11, 12, 50258, 50259, 50360, 50364]  # previous text, then <|startoftranscript|>
-    assert NoSpeechRule.of(config, DecodeOptions(), prompt) is None
+    measuring = NoSpeechRule.of(config, DecodeOptions(), prompt)  # no thresholds: it measures only
+    assert not measuring.judges and measuring.logprob_threshold is None
     config.no_speech_threshold, config.logprob_threshold = 0.5, -0.8
     rule = NoSpeechRule.of(config, DecodeOptions(logprob_threshold=-2.0), prompt)
     assert (rule.no_speech_threshold, rule.logprob_threshold) == (0.5, -2.0)
@@ -156,10 +157,13 @@ def spied_generate(monkeypatch, whisper, waveform: np.ndarray, options: DecodeOp
     return list(zip(probabilities, averages, strict=True))
 
 
+@pytest.mark.parametrize("asked", [True, False], ids=["rule-asked", "measured-only"])
 @pytest.mark.parametrize("case", ["timestamps-seek", "previous-text"])
-def test_the_numbers_are_the_targets_as_generate_computes_them(separate_pair, monkeypatch, case):
+def test_the_numbers_are_the_targets_as_generate_computes_them(separate_pair, monkeypatch, case, asked):
     """Window by window (the seek loop decodes a clip's rest again with timestamps), and with a previous
-    text before <|startoftranscript|>: the probability and the average generate() judges by."""
+    text before <|startoftranscript|>: the probability and the average generate() judges by, measured
+    whether or not the rule was asked for (without it, for the record: OpenAI's verbose_json reports
+    both)."""
     tokenizer = separate_pair.pair.target.processor.tokenizer
     previous = tuple(tokenizer.encode(" Weather and travel.", add_special_tokens=False))
     options = DecodeOptions(language="en", max_new_tokens=MAX_NEW_TOKENS, **WHISPER)
@@ -168,7 +172,10 @@ def test_the_numbers_are_the_targets_as_generate_computes_them(separate_pair, mo
     else:
         options = dataclasses.replace(options, prompt_ids=previous)
     waveform = CLIPS["noise-2s"]
-    result = separate_pair.transcribe_waveforms([waveform], options)[0].result
+    ours_options = (
+        options if asked else dataclasses.replace(options, no_speech_threshold=None, logprob_threshold=None)
+    )
+    result = separate_pair.transcribe_waveforms([waveform], ours_options)[0].result
     ours = [(window.no_speech_prob, window.avg_logprob) for window in result.windows]
     theirs = spied_generate(monkeypatch, separate_pair, waveform, options)
     assert len(ours) == len(theirs) >= (2 if case == "timestamps-seek" else 1)

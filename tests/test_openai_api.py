@@ -88,6 +88,9 @@ def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
     assert (answer.language, answer.duration) == ("english", SECONDS)
     assert answer.segments and "".join(segment.text for segment in answer.segments).strip() == answer.text
     assert all(segment.start <= segment.end <= SECONDS for segment in answer.segments)
+    for segment in answer.segments:  # OpenAI Whisper's numbers of the segment's window, never null
+        assert segment.seek >= 0 and segment.avg_logprob < 0 and 0 <= segment.no_speech_prob <= 1
+        assert segment.compression_ratio > 0
     statistics = answer.model_extra["speculative"]
     assert statistics["identical_to_target"] is True  # checked: the target alone ran too
     assert 0 < statistics["acceptance_rate"] < 1 and statistics["tokens_per_target_pass"] > 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, chosen_language
 from specdec.audio import SAMPLE_RATE
+from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -260,17 +262,48 @@ def _word(word) -> dict:
     return {"word": word.text.strip(), "start": word.start, "end": word.end}
 
 
+def _window_of(windows: Sequence[Window], cue: subtitles.Cue) -> Window | None:
+    """The window a segment was decoded in: the last one starting at or before the segment."""
+    found = None
+    for window in windows:
+        if window.start_seconds <= cue.start_seconds + 1e-6:
+            found = window
+    return found
+
+
+def compression_ratio(text: str) -> float | None:
+    """OpenAI Whisper's compression ratio of a window's text: its UTF-8 bytes over their zlib-compressed
+    bytes (high for repetitive text, a sign of a decoding loop)."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else None
+
+
+def _segments(asked: Asked, transcription: Transcription) -> list[dict]:
+    """OpenAI's segments, each with its window's numbers as OpenAI Whisper reports them: the window's seek
+    (in 10 ms frames), the target's average log-probability of the window's tokens and its no-speech
+    probability (generate()'s measures), and the compression ratio of the window's text."""
+    cues = transcription.segments or ()
+    windows = [_window_of(transcription.result.windows, cue) for cue in cues]
+    texts: dict[int, str] = {}
+    for cue, window in zip(cues, windows, strict=True):
+        if window is not None:
+            texts[window.index] = texts.get(window.index, "") + cue.text
+    return [
+        {"id": index, "seek": round(window.start_seconds * 100) if window else None,
+         "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text, "tokens": list(cue.token_ids),
+         "temperature": asked.request.temperature,
+         "avg_logprob": window.avg_logprob if window else None,
+         "compression_ratio": compression_ratio(texts[window.index]) if window else None,
+         "no_speech_prob": window.no_speech_prob if window else None}
+        for index, (cue, window) in enumerate(zip(cues, windows, strict=True))
+    ]  # fmt: skip
+
+
 def _verbose(asked: Asked, answer: Answer) -> dict:
-    """OpenAI's verbose_json (what the decoding does not measure is null), and the speculative decoding's
-    statistics beside it."""
+    """OpenAI's verbose_json, and the speculative decoding's statistics beside it."""
     transcription, result, baseline = answer.speculative, answer.speculative.result, answer.baseline
     language = transcription.language
-    segments = [
-        {"id": index, "seek": None, "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text,
-         "tokens": list(cue.token_ids), "temperature": asked.request.temperature, "avg_logprob": None,
-         "compression_ratio": None, "no_speech_prob": None}
-        for index, cue in enumerate(transcription.segments or ())
-    ]  # fmt: skip
+    segments = _segments(asked, transcription)
     # unchecked, the target alone's passes are one per token, as its own decoding makes them
     baseline_passes = baseline.result.num_target_passes if baseline else result.num_generated
     speculative = {

@@ -128,7 +128,7 @@ class ClipDecoding:
         windows', then that window's tokens up to its last timestamp pair (generate()'s split keeps at least
         those; with no pair yet, all of them: a later pair would keep them too), none of that window's while
         a no-speech rule may still empty it."""
-        if row is None or row.finished or row.no_speech is not None:
+        if row is None or row.finished or (row.no_speech is not None and row.no_speech.judges):
             return list(self.output)
         generated = without_end_of_text(row)
         pair_ends = timestamp_pair_ends(generated, timestamp_begin(config))

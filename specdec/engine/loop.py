@@ -110,11 +110,10 @@ def propose(drafter: Drafter | None, rows: Sequence[Row], num_draft_tokens: list
 
 
 def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> None:
-    """On a window's first pass, with the no-speech rule asked for: the target's (never the draft's)
-    no-speech probability, from its logits (len(feed), vocab) at <|startoftranscript|>; the feed began
-    at position `fed`."""
+    """On a window's first pass: the target's (never the draft's) no-speech probability, from its logits
+    (len(feed), vocab) at <|startoftranscript|>; the feed began at position `fed`."""
     rule = row.no_speech
-    if rule is not None and rule.no_speech_threshold is not None and not row.steps:
+    if rule is not None and not row.steps:
         row.no_speech_prob = rule.no_speech_prob(logits[rule.sot_index - fed])
 
 

@@ -31,8 +31,9 @@ class Row:
     steps: list[Step] = field(default_factory=list)
     passes: list[Pass] = field(default_factory=list)  # the batched passes its steps took part in
     finished: bool = False
-    # generate()'s no-speech rule when asked for, and what it reads off the target's logits: the no-speech
-    # probability at the window's first pass, each generated token's log-probability (float32)
+    # generate()'s no-speech rule (judging when asked for, else measuring only), and what it reads off the
+    # target's logits: the no-speech probability at the window's first pass, each generated token's
+    # log-probability (float32)
     no_speech: NoSpeechRule | None = None
     no_speech_prob: float | None = None
     token_logprobs: list[float] = field(default_factory=list)

@@ -168,16 +168,20 @@ class NoSpeechRule:
 
     no_speech_token: int  # <|nospeech|> (<|nocaptions|> in older vocabularies): just before <|notimestamps|>
     sot_index: int  # position of <|startoftranscript|> in the window's prompt (after any previous text)
-    no_speech_threshold: float | None  # None: the probability is not measured, nothing is judged
+    no_speech_threshold: float | None  # None: nothing is judged (both numbers are still measured)
     logprob_threshold: float | None
     temperature: float  # 0: greedy (generate() rescales by 1)
 
+    @property
+    def judges(self) -> bool:
+        """Whether it may empty a window (with no thresholds it only measures, for the record)."""
+        return self.no_speech_threshold is not None
+
     @classmethod
-    def of(
-        cls, config: GenerationConfig, options: DecodeOptions, prompt: Sequence[int]
-    ) -> NoSpeechRule | None:
-        """The rule for a window with this forced prompt; None when neither threshold is set (an option
-        left None takes the generation config's value, as generate()'s `_set_thresholds_and_condition`)."""
+    def of(cls, config: GenerationConfig, options: DecodeOptions, prompt: Sequence[int]) -> NoSpeechRule:
+        """The rule for a window with this forced prompt (an option left None takes the generation config's
+        value, as generate()'s `_set_thresholds_and_condition`); with neither threshold, it measures only:
+        every window's numbers are reported, as OpenAI's verbose_json gives them."""
         no_speech, logprob = (
             value if value is not None else getattr(config, name, None)
             for name, value in (
@@ -185,9 +189,7 @@ class NoSpeechRule:
                 ("logprob_threshold", options.logprob_threshold),
             )
         )
-        if no_speech is None and logprob is None:
-            return None
-        if logprob is None:
+        if no_speech is not None and logprob is None:
             raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
         sot_index = list(prompt).index(config.decoder_start_token_id)
         return cls(config.no_timestamps_token_id - 1, sot_index, no_speech, logprob, options.temperature)
@@ -207,13 +209,16 @@ class NoSpeechRule:
         logprobs = torch.log_softmax(scores, dim=-1)
         return logprobs[torch.arange(len(tokens)), torch.tensor(tokens, device=logprobs.device)].tolist()
 
-    def avg_logprob(self, token_logprobs: Sequence[float]) -> float:
-        """generate()'s average: the float32 log-probabilities summed one by one, over their number."""
+    def avg_logprob(self, token_logprobs: Sequence[float]) -> float | None:
+        """generate()'s average: the float32 log-probabilities summed one by one, over their number (None
+        for no token)."""
+        if not token_logprobs:
+            return None
         return float(sum(torch.tensor(token_logprobs, dtype=torch.float32)) / len(token_logprobs))
 
-    def judge(self, no_speech_prob: float | None, avg_logprob: float) -> bool:
+    def judge(self, no_speech_prob: float | None, avg_logprob: float | None) -> bool:
         """No speech: both numbers past their thresholds (strictly), as `_need_fallback` compares them."""
-        if self.no_speech_threshold is None or no_speech_prob is None:
+        if not self.judges or no_speech_prob is None or avg_logprob is None:
             return False
         quiet = torch.tensor(no_speech_prob, dtype=torch.float32) > self.no_speech_threshold
         unsure = torch.tensor(avg_logprob, dtype=torch.float32) < self.logprob_threshold
