@@ -5,8 +5,8 @@
 # any stage failed or ran out of time.
 #
 #   scripts/gpu_checks.sh smoke   the demo-model tests on CUDA, tokens and batch benchmarks on demo models
-#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, then bfloat16 and float32), batch 1, 4, 8
-#   scripts/gpu_checks.sh all     full, then smoke, in one call
+#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, then float32 and bfloat16), batch 1, 4, 8
+#   scripts/gpu_checks.sh all     both in one call, the large float16 tokens and the tests first
 #
 # A GPU host without the project's requirements installed (no registry) takes wheels from .whl/ when there
 # (scripts/gpu_wheels.sh fetches them). Benchmarks run 3 rounds: on CUDA the first pays first-use costs
@@ -27,7 +27,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     rm -rf /tmp/site  # a warm machine keeps the last run's
-    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl; then
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl; then
         echo "could not install the wheels in .whl/" >&2
         exit 1
     fi
@@ -60,25 +61,47 @@ bench() {  # bench NAME SECONDS BENCHMARK OPTIONS...
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+python3 -c "import torch, transformers as t; print('torch', torch.__version__, 'transformers', t.__version__)"
 
-if [ "$MODE" = full ] || [ "$MODE" = all ]; then
-    stage build-large 120 python3 -c "from benchmarks.checkpoints import bench_models; print(bench_models('large-v3'))"
-    bench tokens-large-float16 200 tokens --size large-v3 --quick --dtype float16 --audio assets/en-weather.wav \
-        --max-new-tokens 64 --alphas 0.6 0.8 0.95 --repeats 3
+# each stage a function; a mode runs its stages in order of importance, each within what is left of DEADLINE
+build_large() {
+    stage build-large 120 python3 -c "import benchmarks.checkpoints as c; c.bench_models('large-v3')"
+}
+tokens_large_float16() {
+    bench tokens-large-float16 200 tokens --size large-v3 --quick --dtype float16 \
+        --audio assets/en-weather.wav --max-new-tokens 64 --alphas 0.6 0.8 0.95 --repeats 3
+}
+batch_large_float16() {
     bench batch-large-float16 100 batch --size large-v3 --batch-sizes 1 4 8 --repeats 3 --dtype float16
-    for dtype in bfloat16 float32; do
+}
+tokens_large_other() {
+    for dtype in float32 bfloat16; do
         bench "tokens-large-$dtype" 120 tokens --size large-v3 --quick --alphas 0.8 --max-new-tokens 64 \
             --repeats 3 --dtype "$dtype"
     done
-fi
-if [ "$MODE" = smoke ] || [ "$MODE" = all ]; then
-    TAIL=25 stage tests-cuda 150 env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider \
+}
+tests_cuda() {  # the engine's tests that need neither the bundled real weights nor the app's packages
+    TAIL=25 stage tests-cuda 180 env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider \
         -p no:benchmark -n 8 tests/test_lossless.py tests/test_batching.py tests/test_longform.py \
-        tests/test_target_step.py tests/test_bench.py
+        tests/test_target_step.py tests/test_bench.py tests/test_no_speech.py tests/test_reuse.py \
+        tests/test_streaming.py tests/test_self_draft.py tests/test_draft_cost.py tests/test_acceptance.py
+}
+small_benchmarks() {
     bench tokens-small-float16 90 tokens --size small --quick --dtype float16
     bench batch-small-float16 60 batch --size small --quick --batch-sizes 1 4 8 --dtype float16
-fi
+}
+case "$MODE" in
+    smoke) tests_cuda; small_benchmarks ;;
+    full) build_large; tokens_large_float16; batch_large_float16; tokens_large_other ;;
+    all)
+        build_large
+        tokens_large_float16
+        tests_cuda
+        batch_large_float16
+        tokens_large_other
+        small_benchmarks
+        ;;
+esac
 tar -czf "$OUT/gpu-checks.tar.gz" -C "$OUT" --exclude gpu-checks.tar.gz . 2>/dev/null
 echo "packed $(du -h "$OUT/gpu-checks.tar.gz" | cut -f1); exit $STATUS"
 exit "$STATUS"
