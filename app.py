@@ -97,7 +97,12 @@ from specdec.app.store import (
 )
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import (
+    WHISPER_LOGPROB_THRESHOLD,
+    WHISPER_NO_SPEECH_THRESHOLD,
+    DecodeOptions,
+    TranscribeOptions,
+)
 from specdec.streaming.session import StreamOptions
 from specdec.vad import rms_dbfs
 from specdec.whisper.models import default_pair
@@ -131,6 +136,11 @@ LONG_FORM_HELP = (
 SKIP_SILENCE_HELP = (
     "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
     "on the whole file, and the badge compares with the target alone on the same speech"
+)
+NO_SPEECH_HELP = (
+    f"openai-whisper's transcribe() defaults (no-speech probability over {WHISPER_NO_SPEECH_THRESHOLD:g} and "
+    f"average log-probability under {WHISPER_LOGPROB_THRESHOLD:g}): a window judged silence is left empty; "
+    "off, every window is decoded, as generate() does by default"
 )
 PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
 RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
@@ -269,6 +279,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         reference,
         skip_silence,
         word_timestamps=False,
+        detect_no_speech=True,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -276,7 +287,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
-            skip_silence=skip_silence, word_timestamps=word_timestamps,
+            skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
         )  # fmt: skip
         view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
@@ -308,6 +319,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         long_form,
         skip_silence,
         word_timestamps=False,
+        detect_no_speech=True,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -315,6 +327,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
+            detect_no_speech=detect_no_speech,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
@@ -381,6 +394,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 info=LONG_FORM_HELP,
             )
             skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
+            no_speech = gr.Checkbox(True, label="Leave windows of no speech empty", info=NO_SPEECH_HELP)
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -456,7 +470,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 
     run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_compare,
-        [*settings, reference, skip_silence, word_timestamps],
+        [*settings, reference, skip_silence, word_timestamps, no_speech],
         outputs,
         api_name="compare",
         concurrency_limit=MODEL_EVENTS,
@@ -464,7 +478,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_transcribe,
-        [*settings, skip_silence, word_timestamps],
+        [*settings, skip_silence, word_timestamps, no_speech],
         [speculative_text, tokens, details, words],
         api_name="transcribe",
         concurrency_limit=MODEL_EVENTS,

@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
 import app
-from specdec.app import compare
+from specdec.app import compare, views
 from specdec.app import store as stores
 from specdec.engine import cancel
 
@@ -199,3 +200,19 @@ def test_a_microphone_chunk_equal_to_an_earlier_one_is_not_lost():
     with pytest.raises(Exception, match="unreadable chunk") as refused:
         app._take_chunk(str(broken))
     assert str(folder) not in str(refused.value) and not broken.exists()  # no server path for the page
+
+
+def test_the_no_speech_checkbox_reaches_the_decoding(client, tmp_path):
+    """On (the page's default) a silent recording is answered "No speech detected"; off, it is decoded as
+    generate() decodes it by default, through both endpoints."""
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(2 * 16_000, dtype=np.float32), 16_000)
+    with pytest.raises(AppError, match=views.NO_SPEECH):
+        client.predict(handle_file(str(silent)), SHARED_DRAFT, "en", api_name="/transcribe")
+    text = client.predict(
+        handle_file(str(silent)), SHARED_DRAFT, "en", detect_no_speech=False, api_name="/transcribe"
+    )[0]
+    baseline, speculative = client.predict(
+        handle_file(str(silent)), SHARED_DRAFT, *COMPARE, "", detect_no_speech=False, api_name="/compare"
+    )[:2]
+    assert text and baseline == speculative
