@@ -26,7 +26,7 @@ from torch import nn
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.common import goal, print_goals, report_header, write_json
 from benchmarks.controlled import controlled, planted, row_plans
-from benchmarks.tokens import Bench, BenchOptions, Clip, Config, EncoderMemo
+from benchmarks.tokens import Bench, BenchOptions, Clip, Config, EncoderMemo, warm_up_tokens
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
@@ -170,9 +170,10 @@ def run_batch_bench(
 ) -> tuple[BatchBench, dict]:
     """Every configuration in `options.rounds` interleaved rounds; measurements by configuration name."""
     bench = BatchBench(options, log)
+    on_gpu = torch.device(options.device).type == "cuda"
     for config in bench.configs:  # first calls (allocations, lazy packing) are not timed
-        if config.batch_size == min(options.batch_sizes):
-            bench.run(config, 2)
+        if on_gpu or config.batch_size == min(options.batch_sizes):  # a GPU: every batch shape's
+            bench.run(config, warm_up_tokens(options.device, options.tokens))
     measurements = {(c.name, c.batch_size): BatchMeasurement() for c in bench.configs}
     for round_index in range(options.rounds):
         start = time.perf_counter()

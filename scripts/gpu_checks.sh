@@ -9,9 +9,9 @@
 #   scripts/gpu_checks.sh all     both in one call, the large float16 tokens and the tests first
 #
 # A GPU host without the project's requirements installed (no registry) takes wheels from .whl/ when there
-# (scripts/gpu_wheels.sh fetches them). Benchmarks run 3 rounds: on CUDA the first pays first-use costs
-# (new shapes, the allocator growing) and the median drops it. How to read the figures: docs/benchmarks.md,
-# "On a GPU".
+# (scripts/gpu_wheels.sh fetches them). On CUDA the benchmarks run each configuration once untimed at full
+# length (new shapes have first-use costs there), then 3 timed rounds for medians. How to read the figures:
+# docs/benchmarks.md, "On a GPU".
 set -u
 cd "$(dirname "$0")/.."
 MODE=${1:-smoke}
