@@ -5,7 +5,8 @@
 # any stage failed or ran out of time.
 #
 #   scripts/gpu_checks.sh smoke   the demo-model tests on CUDA, tokens and batch benchmarks on demo models
-#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, then float32 and bfloat16), batch 1, 4, 8
+#   scripts/gpu_checks.sh full    tokens (large-v3 size: float16, then float32 and bfloat16), batch 1, 4, 8,
+#                                 and scripts/gpu_graph_probe.py (a decoder step eager against a CUDA graph)
 #   scripts/gpu_checks.sh all     both in one call, the large float16 tokens and the tests first
 #
 # A GPU host without the project's requirements installed (no registry) takes wheels from .whl/ when there
@@ -86,17 +87,19 @@ tests_cuda() {  # the engine's tests that need neither the bundled real weights 
         tests/test_target_step.py tests/test_bench.py tests/test_no_speech.py tests/test_reuse.py \
         tests/test_streaming.py tests/test_self_draft.py tests/test_draft_cost.py tests/test_acceptance.py
 }
+graph_probe() { stage graph-probe 90 python3 scripts/gpu_graph_probe.py; }  # launch overhead, sized
 small_benchmarks() {
     bench tokens-small-float16 90 tokens --size small --quick --dtype float16
     bench batch-small-float16 60 batch --size small --quick --batch-sizes 1 4 8 --dtype float16
 }
 case "$MODE" in
     smoke) tests_cuda; small_benchmarks ;;
-    full) build_large; tokens_large_float16; batch_large_float16; tokens_large_other ;;
+    full) build_large; tokens_large_float16; graph_probe; batch_large_float16; tokens_large_other ;;
     all)
         build_large
         tokens_large_float16
         tests_cuda
+        graph_probe
         batch_large_float16
         tokens_large_other
         small_benchmarks
