@@ -288,12 +288,13 @@ def _segments(asked: Asked, transcription: Transcription) -> list[dict]:
     for cue, window in zip(cues, windows, strict=True):
         if window is not None:
             texts[window.index] = texts.get(window.index, "") + cue.text
+    ratios = {index: compression_ratio(text) for index, text in texts.items()}  # once a window
     return [
         {"id": index, "seek": round(window.start_seconds * 100) if window else None,
          "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text, "tokens": list(cue.token_ids),
          "temperature": asked.request.temperature,
          "avg_logprob": window.avg_logprob if window else None,
-         "compression_ratio": compression_ratio(texts[window.index]) if window else None,
+         "compression_ratio": ratios[window.index] if window else None,
          "no_speech_prob": window.no_speech_prob if window else None}
         for index, (cue, window) in enumerate(zip(cues, windows, strict=True))
     ]  # fmt: skip
