@@ -41,6 +41,7 @@ from benchmarks.cpu import _faster_whisper_models
 from benchmarks.plots import COLOURS
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.distill.data import AUDIO_SUFFIXES
 from specdec.longform import is_long
 from specdec.options import DecodeOptions
 from specdec.whisper.models import PairError
@@ -61,7 +62,7 @@ class E2eBenchOptions:
 
     drafts: str = "self,tiny.en"  # comma-separated drafts: "tiny.en", "self" (shipped self-draft), a folder
     clips: str = ""  # only these clips, comma-separated names (en-jfk) or paths; empty: all of them
-    extra: str = ""  # more audio files, comma-separated (audio the drafts were never trained on)
+    extra: str = ""  # more audio files or folders, comma-separated (audio the drafts were never trained on)
     # 5, not 3: with 3 rounds a 0.6 s request read 7% apart from the same work, and the never-slower
     # goal is judged within a percent
     repeats: int = 5  # rounds: every configuration decodes every clip once per round, order rotated
@@ -107,18 +108,32 @@ def split(names: str) -> list[str]:
 
 
 def clips(options: E2eBenchOptions) -> list[Clip]:
-    """The short assets, the long clip and --extra, or the --clips among them (or given by path)."""
-    extra = [Path(name) for name in split(options.extra)]
+    """The short assets, the long clip and --extra, or the --clips among them (or given by path); a folder
+    given stands for every audio file under it."""
+    extra = expand([Path(name) for name in split(options.extra)])
     found = [*sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]), *LONG_CLIPS, *extra]
     if options.clips:
         by_name = {key: path for path in found for key in (path.stem, path.name, str(path))}
-        found = [by_name.get(name, Path(name)) for name in split(options.clips)]
+        found = expand([by_name.get(name, Path(name)) for name in split(options.clips)])
     missing = [str(path) for path in found if not path.is_file()]
     if missing:
         choices = ", ".join(path.stem for path in [*sorted(ASSETS.glob("*.*")), *LONG_CLIPS])
         raise SystemExit(f"e2e: no audio file {', '.join(missing)} (clip names: {choices})")
     waveforms = {path: load_audio(path, max_seconds=None) for path in found}
     return [Clip(path, len(audio) / SAMPLE_RATE, is_long(audio)) for path, audio in waveforms.items()]
+
+
+def expand(paths: list[Path]) -> list[Path]:
+    """Each folder replaced by the audio files under it, sorted (`scripts/get_real_speech.py`'s folder)."""
+    return [
+        found
+        for path in paths
+        for found in (
+            sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
+            if path.is_dir()
+            else [path]
+        )
+    ]
 
 
 def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Config]]:

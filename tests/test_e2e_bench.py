@@ -31,6 +31,18 @@ def test_default_clips_are_the_assets_and_the_long_one():
         clips(E2eBenchOptions(clips="no-such-clip"))
 
 
+def test_a_folder_stands_for_the_audio_files_under_it(tmp_path):
+    for name in ("meeting/b.wav", "meeting/a.wav", "short/c.wav"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        soundfile.write(tmp_path / name, np.zeros(SAMPLE_RATE, dtype=np.float32), SAMPLE_RATE)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "sdist.tar.gz").write_bytes(b"not audio")
+    found = clips(E2eBenchOptions(clips=f"en-jfk,{tmp_path}"))
+    assert [clip.name for clip in found] == ["en-jfk", "meeting/a", "meeting/b", "short/c"]
+    extra = [clip.name for clip in clips(E2eBenchOptions(extra=str(tmp_path / "meeting")))]
+    assert extra[-2:] == ["meeting/a", "meeting/b"] and "en-six-parts" in extra
+
+
 @pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it
 def test_report_on_demo_models(demo_models, tmp_path):
     clip = tmp_path / "noise.wav"
