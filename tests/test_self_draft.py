@@ -6,6 +6,7 @@ there; that is measured on the real pair, `python -m benchmarks e2e`.)"""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -145,3 +146,26 @@ def test_distill_offers_the_cpu_drafts_vocabulary_and_pooling_by_default():
 def test_a_self_drafts_languages_come_from_its_recipe_or_are_every_language(recipe, languages):
     draft = SelfDraft("target", "digest", (0,), {"format": "specdec-self-draft-1", "recipe": recipe})
     assert draft.languages == (frozenset(languages) if languages else None)
+
+
+def test_a_recording_longer_than_a_window_is_cut_into_pieces_not_left_out(tmp_path):
+    """A user's recordings are often minutes long: each becomes consecutive pieces of at most a window,
+    read from the file, beside short clips packed as before."""
+    long_audio = np.concatenate([load_audio(ASSETS / name) for name in CLIPS["en"]] * 3)  # ~72 s
+    soundfile.write(tmp_path / "meeting.flac", long_audio, SAMPLE_RATE)
+    soundfile.write(tmp_path / "short.wav", long_audio[: 2 * SAMPLE_RATE], SAMPLE_RATE)
+    rng = random.Random(0)
+    windows = data.plan_windows(data.find_clips(tmp_path), rng)
+    pieces = sorted((c for w in windows for c in w if c.path.name == "meeting.flac"), key=lambda c: c.start)
+    assert len(pieces) >= 3 and pieces[0].start == 0
+    assert all(piece.seconds <= data.MAX_WINDOW_SECONDS for piece in pieces)
+    for before, after in zip(pieces, pieces[1:], strict=False):
+        assert after.start == pytest.approx(before.start + before.seconds)
+    covered = pieces[-1].start + pieces[-1].seconds
+    assert len(long_audio) / SAMPLE_RATE - covered < data.MIN_PIECE_SECONDS
+    assert any(c.path.name == "short.wav" for w in windows for c in w)
+    middle = pieces[1]
+    first = round(middle.start * SAMPLE_RATE)
+    audio = data.window_audio([middle], rng)
+    np.testing.assert_allclose(audio, long_audio[first : first + len(audio)], atol=1e-4)
+    assert len(audio) == round(middle.seconds * SAMPLE_RATE)

@@ -183,10 +183,11 @@ def _describe(training, training_windows, held_out, held_out_windows, audio_dir)
             )
         return dict(sorted(languages.items()))
 
-    clips = sum(len(w) for w in training_windows) + sum(len(w) for w in held_out_windows)
+    clips = [clip for window in [*training_windows, *held_out_windows] for clip in window]
     return {
         "audio_dir": str(audio_dir),
-        "clips": clips,
+        "clips": len(clips),  # a recording longer than a window counts its pieces
+        "files": len({clip.path for clip in clips}),
         "windows": {"training": len(training_windows), "held_out": len(held_out_windows)},
         "training_tokens_by_language": count(training),
         "held_out_tokens_by_language": count(held_out),

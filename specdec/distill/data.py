@@ -1,7 +1,9 @@
 """What a self-draft learns from: windows of unlabelled audio, each with the target's own reading of it.
 
 Clips from an audio folder are packed into 30 s windows (one clip, or several of one language with pauses
-between them, up to a random length, so that windows are as short or as full as the ones users send). The
+between them, up to a random length, so that windows are as short or as full as the ones users send); a
+recording longer than a window (a meeting, a podcast) is cut into consecutive pieces of random length first,
+each read from its file without decoding the rest where soundfile can seek. The
 frozen target reads each window once: its encoder states, and for each decoding mode (with timestamps, as
 long-form and live decoding run, and without, as a short clip is transcribed) the tokens it generates
 greedily, forced prompt included, with its final hidden state at every position (its logits, for a KL term,
@@ -28,6 +30,8 @@ from specdec.whisper.tokens import TO_LANGUAGE_CODE
 
 AUDIO_SUFFIXES = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".webm")
 MAX_WINDOW_SECONDS = 28.0  # a packed window's audio at most (Whisper's window is 30 s)
+MIN_WINDOW_SECONDS = 3.0  # the shortest random window limit (and piece of a long recording)
+MIN_PIECE_SECONDS = 1.0  # a long recording's last piece, when shorter, is left out
 PAUSE_SECONDS = (0.2, 1.0)  # silence between two clips of a packed window
 
 
@@ -35,6 +39,8 @@ PAUSE_SECONDS = (0.2, 1.0)  # silence between two clips of a packed window
 class Clip:
     path: Path
     language: str | None  # the folder's name when it is a Whisper language code; None: the target detects it
+    start: float = 0.0  # seconds into the file: a piece of a long recording starts here
+    seconds: float | None = None  # the piece's length; None: the whole file
 
 
 @dataclass(frozen=True)
@@ -81,22 +87,37 @@ def plan_windows(
         by_language.setdefault(clip.language, []).append(clip)
     windows = []
     for group in by_language.values():
-        group = list(group)
+        lengths = {clip: _seconds(clip.path) for clip in group}
+        group = [piece for clip in group for piece in _pieces(clip, lengths[clip], rng, max_seconds)]
+        lengths.update({piece: piece.seconds for piece in group if piece.seconds is not None})
         rng.shuffle(group)
         window: list[Clip] = []
-        seconds, limit = 0.0, rng.uniform(min(3.0, max_seconds), max_seconds)
+        seconds, limit = 0.0, rng.uniform(min(MIN_WINDOW_SECONDS, max_seconds), max_seconds)
         for clip in group:
-            length = _seconds(clip.path)
+            length = lengths[clip]
             if window and seconds + length + PAUSE_SECONDS[1] > limit:
                 windows.append(window)
-                window, seconds, limit = [], 0.0, rng.uniform(min(3.0, max_seconds), max_seconds)
-            if length <= MAX_WINDOW_SECONDS:
-                window.append(clip)
-                seconds += length + PAUSE_SECONDS[1]
+                window, seconds = [], 0.0
+                limit = rng.uniform(min(MIN_WINDOW_SECONDS, max_seconds), max_seconds)
+            window.append(clip)
+            seconds += length + PAUSE_SECONDS[1]
         if window:
             windows.append(window)
     rng.shuffle(windows)
     return windows
+
+
+def _pieces(clip: Clip, length: float, rng: random.Random, max_seconds: float) -> list[Clip]:
+    """The clip itself when it fits a window; else consecutive pieces of it of random length (between
+    MIN_WINDOW_SECONDS and max_seconds), a last one under MIN_PIECE_SECONDS left out."""
+    if length <= max_seconds:
+        return [clip]
+    pieces, start = [], 0.0
+    while length - start >= MIN_PIECE_SECONDS:
+        seconds = min(rng.uniform(min(MIN_WINDOW_SECONDS, max_seconds), max_seconds), length - start)
+        pieces.append(Clip(clip.path, clip.language, start, seconds))
+        start += seconds
+    return pieces
 
 
 def window_audio(window: list[Clip], rng: random.Random) -> np.ndarray:
@@ -105,8 +126,24 @@ def window_audio(window: list[Clip], rng: random.Random) -> np.ndarray:
     for clip in window:
         if parts:
             parts.append(np.zeros(int(rng.uniform(*PAUSE_SECONDS) * SAMPLE_RATE), np.float32))
-        parts.append(load_audio(clip.path))
+        parts.append(load_audio(clip.path) if clip.seconds is None else _piece_audio(clip))
     return np.concatenate(parts)[: int(MAX_WINDOW_SECONDS * SAMPLE_RATE)]
+
+
+def _piece_audio(clip: Clip) -> np.ndarray:
+    """A piece of a long recording (16 kHz mono float32): only its frames read where soundfile can seek;
+    a format only PyAV reads (m4a, webm, ...) is decoded whole and cut."""
+    import soundfile
+
+    try:
+        with soundfile.SoundFile(str(clip.path)) as file:
+            file.seek(round(clip.start * file.samplerate))
+            frames = file.read(round(clip.seconds * file.samplerate), dtype="float32", always_2d=True)
+            return load_audio((file.samplerate, frames), max_seconds=None)
+    except (RuntimeError, soundfile.LibsndfileError):
+        audio = load_audio(clip.path, max_seconds=None)
+        first = round(clip.start * SAMPLE_RATE)
+        return audio[first : first + round(clip.seconds * SAMPLE_RATE)]
 
 
 def read_windows(
@@ -186,7 +223,7 @@ def _seconds(path: Path) -> float:
     try:
         return soundfile.info(str(path)).duration
     except RuntimeError:  # a format soundfile does not read: counted when loaded
-        return len(load_audio(path)) / SAMPLE_RATE
+        return len(load_audio(path, max_seconds=None)) / SAMPLE_RATE
 
 
 def _shifted(sequence: Sequence, offset: int) -> Sequence:
