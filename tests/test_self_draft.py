@@ -169,3 +169,24 @@ def test_a_recording_longer_than_a_window_is_cut_into_pieces_not_left_out(tmp_pa
     audio = data.window_audio([middle], rng)
     np.testing.assert_allclose(audio, long_audio[first : first + len(audio)], atol=1e-4)
     assert len(audio) == round(middle.seconds * SAMPLE_RATE)
+
+
+def test_unreadable_files_are_left_out_with_a_message_and_the_rest_kept(demo_models, tmp_path, capsys):
+    folder = tmp_path / "audio"
+    folder.mkdir()
+    soundfile.write(folder / "good.wav", load_audio(ASSETS / "en-weather.wav"), SAMPLE_RATE)
+    (folder / "empty.wav").write_bytes(b"")
+    (folder / "junk.flac").write_bytes(b"fLaC not really")
+    told: list[str] = []
+    windows = data.plan_windows(data.find_clips(folder), random.Random(0), on_skip=told.append)
+    assert [[clip.path.name for clip in window] for window in windows] == [["good.wav"]]
+    assert sorted(why.split(":")[0].rsplit("/", 1)[-1] for why in told) == ["empty.wav", "junk.flac"]
+    told.clear()  # a file that breaks between planning and reading: the window keeps the others
+    window = [data.Clip(folder / "junk.flac", None), windows[0][0]]
+    audio = data.window_audio(window, random.Random(0), on_skip=told.append)
+    assert len(audio) == len(load_audio(folder / "good.wav")) and len(told) == 1
+    (folder / "good.wav").unlink()
+    arguments = ["distill", str(demo_models["target"]), str(folder), str(tmp_path / "out")]
+    assert cli.main(arguments) == 2
+    error = capsys.readouterr().err
+    assert "junk.flac" in error and "none of the 2 audio files" in error

@@ -84,7 +84,9 @@ def run_distill_command(args: argparse.Namespace) -> int:
     kernels.pack(pair.target.model)
     target = pair.target.model
     rng = random.Random(args.seed)
-    windows = data.plan_windows(clips, rng, args.window_seconds)
+    windows = data.plan_windows(clips, rng, args.window_seconds, on_skip=_tell)
+    if not windows:
+        raise ValueError(f"none of the {len(clips)} audio files under {args.audio_dir} could be read")
     training_windows, held_out_windows = data.split_windows(windows, args.held_out, args.max_windows, rng)
     if not held_out_windows:
         raise ValueError("no held-out windows: give more audio or a larger --held-out")
@@ -121,6 +123,10 @@ def run_distill_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tell(why: str) -> None:
+    print(f"specdec: {why}", file=sys.stderr)
+
+
 def parse_layers(text: str | None, target) -> tuple[int, ...]:
     """--layers "0,3,5" as a tuple; None or empty: `train.default_layers` (the first and the last)."""
     from specdec.distill.train import default_layers
@@ -138,7 +144,14 @@ def read_cached(pair, windows, rng, path: Path, description: str, batch_size: in
     if path.is_file():
         return data.load_dataset(path)
     with tqdm(total=len(windows), desc=description, unit="window", file=sys.stderr) as bar:
-        dataset = data.read_windows(pair, windows, rng, batch_size, on_batch=bar.update)
+        dataset = data.read_windows(
+            pair,
+            windows,
+            rng,
+            batch_size,
+            on_batch=bar.update,
+            on_skip=lambda why: bar.write(f"specdec: {why}", file=sys.stderr),
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     data.save_dataset(dataset, path)
     return dataset

@@ -13,6 +13,7 @@ are these times its embedding matrix). No transcript is needed: the labels are t
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,16 +79,21 @@ def find_clips(folder: Path) -> list[Clip]:
 
 
 def plan_windows(
-    clips: list[Clip], rng: random.Random, max_seconds: float = MAX_WINDOW_SECONDS
+    clips: list[Clip],
+    rng: random.Random,
+    max_seconds: float = MAX_WINDOW_SECONDS,
+    on_skip: Callable[[str], None] = warnings.warn,
 ) -> list[list[Clip]]:
     """Clips grouped into windows: consecutive clips of one language (in a shuffled order) while their
-    length stays under a random limit between one clip and max_seconds."""
+    length stays under a random limit between one clip and max_seconds. A file that cannot be read is left
+    out, on_skip(why) told."""
     by_language: dict[str | None, list[Clip]] = {}
     for clip in clips:
         by_language.setdefault(clip.language, []).append(clip)
     windows = []
     for group in by_language.values():
-        lengths = {clip: _seconds(clip.path) for clip in group}
+        lengths = {clip: _seconds(clip.path, on_skip) for clip in group}
+        group = [clip for clip in group if lengths[clip] is not None]
         group = [piece for clip in group for piece in _pieces(clip, lengths[clip], rng, max_seconds)]
         lengths.update({piece: piece.seconds for piece in group if piece.seconds is not None})
         rng.shuffle(group)
@@ -120,13 +126,23 @@ def _pieces(clip: Clip, length: float, rng: random.Random, max_seconds: float) -
     return pieces
 
 
-def window_audio(window: list[Clip], rng: random.Random) -> np.ndarray:
-    """The window's clips one after another with a short pause between them (float32, 16 kHz)."""
+def window_audio(
+    window: list[Clip], rng: random.Random, on_skip: Callable[[str], None] = warnings.warn
+) -> np.ndarray:
+    """The window's clips one after another with a short pause between them (float32, 16 kHz); a clip that
+    cannot be read is left out, on_skip(why) told (AudioError when none can)."""
     parts = []
     for clip in window:
+        try:
+            audio = load_audio(clip.path) if clip.seconds is None else _piece_audio(clip)
+        except AudioError as error:
+            on_skip(f"{error}; left out")
+            continue
         if parts:
             parts.append(np.zeros(int(rng.uniform(*PAUSE_SECONDS) * SAMPLE_RATE), np.float32))
-        parts.append(load_audio(clip.path) if clip.seconds is None else _piece_audio(clip))
+        parts.append(audio)
+    if not parts:
+        raise AudioError("no clip of the window could be read")
     return np.concatenate(parts)[: int(MAX_WINDOW_SECONDS * SAMPLE_RATE)]
 
 
@@ -152,15 +168,16 @@ def read_windows(
     rng: random.Random,
     batch_size: int = 8,
     on_batch: Callable[[int], None] | None = None,
+    on_skip: Callable[[str], None] = warnings.warn,
 ) -> Dataset:
     """The target's reading of every window, a batch of windows of one language at a time (see above).
-    on_batch(n) follows each batch of n windows."""
+    on_batch(n) follows each batch of n windows; on_skip(why), each clip left out as unreadable."""
     dataset = Dataset([], [])
     for batch in _batches(windows, batch_size):
         waveforms = []
         for window in batch:
             try:
-                waveforms.append(window_audio(window, rng))
+                waveforms.append(window_audio(window, rng, on_skip))
             except AudioError:
                 continue
         if waveforms:
@@ -217,13 +234,23 @@ def _batches(windows: list[list[Clip]], size: int) -> Iterator[list[list[Clip]]]
             yield group[start : start + size]
 
 
-def _seconds(path: Path) -> float:
+def _seconds(path: Path, on_skip: Callable[[str], None]) -> float | None:
+    """The file's length; None (on_skip told why) for a file that cannot be read or holds no audio."""
     import soundfile
 
     try:
-        return soundfile.info(str(path)).duration
+        seconds = soundfile.info(str(path)).duration
+        if seconds > 0:
+            return seconds
+        raise AudioError(f"{path}: no audio in it")
     except RuntimeError:  # a format soundfile does not read: counted when loaded
-        return len(load_audio(path, max_seconds=None)) / SAMPLE_RATE
+        try:
+            return len(load_audio(path, max_seconds=None)) / SAMPLE_RATE
+        except AudioError as error:
+            on_skip(f"{error}; left out")
+    except AudioError as error:
+        on_skip(f"{error}; left out")
+    return None
 
 
 def _shifted(sequence: Sequence, offset: int) -> Sequence:
