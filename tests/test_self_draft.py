@@ -190,3 +190,19 @@ def test_unreadable_files_are_left_out_with_a_message_and_the_rest_kept(demo_mod
     assert cli.main(arguments) == 2
     error = capsys.readouterr().err
     assert "junk.flac" in error and "none of the 2 audio files" in error
+
+
+def test_distill_resumes_a_self_draft_where_it_left_off(demo_models, audio_dir, distilled, tmp_path, capsys):
+    """--resume trains a self-draft further (a user adapting the shipped one to their recordings): on the
+    same held-out windows it starts at the agreement it ended with, and its recipe keeps the first one's."""
+    out = tmp_path / "resumed"
+    arguments = ["distill", str(demo_models["target"]), str(audio_dir), str(out), "--window-seconds", "4"]
+    options = ["--held-out", "0.25", "--batch-size", "4", "--epochs", "1", "--learning-rate", "1e-4"]
+    assert cli.main([*arguments, *options, "--resume", str(distilled)]) == 0
+    first = json.loads((distilled / RECIPE_FILE).read_text())["recipe"]
+    resumed = json.loads((out / RECIPE_FILE).read_text())["recipe"]
+    assert resumed["agreement_by_epoch"][0] == pytest.approx(max(first["agreement_by_epoch"]), abs=1e-4)
+    assert resumed["resumed_from"]["recipe"] == first
+    assert resumed["training"]["layers"] == first["training"]["layers"]
+    assert cli.main([*arguments, "--resume", "self"]) == 2
+    assert "no self-draft ships for this target" in capsys.readouterr().err

@@ -40,6 +40,12 @@ def add_distill_parser(commands) -> argparse.ArgumentParser:
     distill.add_argument(
         "--layers", default=None, help="target decoder layers to start from, e.g. 0,5 (default: first,last)"
     )
+    distill.add_argument(
+        "--resume",
+        default=None,
+        help="a self-draft to train further on this audio instead of starting from --layers: its folder, or "
+        "'self' for the one shipped for the target (adapts it to your recordings; try --learning-rate 1e-4)",
+    )
     distill.add_argument("--epochs", type=int, default=8, help="at most (stops early on held-out agreement)")
     distill.add_argument("--batch-size", type=int, default=8)
     distill.add_argument("--learning-rate", type=float, default=3e-4)
@@ -74,13 +80,14 @@ def run_distill_command(args: argparse.Namespace) -> int:
     from specdec.distill.train import TrainingOptions
     from specdec.engine import kernels
     from specdec.whisper.models import load_pair
-    from specdec.whisper.self_draft import save_self_draft
+    from specdec.whisper.self_draft import read_recipe, save_self_draft
 
     out = Path(args.out)
     clips = data.find_clips(Path(args.audio_dir))
     if not clips:
         raise ValueError(f"no audio files under {args.audio_dir}")
     pair = load_pair(args.target, None, device=args.device)
+    resumed = resumed_draft(args.resume, pair.target.model)  # checked before the long reading
     kernels.pack(pair.target.model)
     target = pair.target.model
     rng = random.Random(args.seed)
@@ -96,7 +103,7 @@ def run_distill_command(args: argparse.Namespace) -> int:
     training = read_cached(pair, training_windows, rng, cache / "training.pt", "reading training windows")
     reading_seconds = time.perf_counter() - started
     kernels.unpack(target)  # training copies the target's layers (a packed weight cannot be copied)
-    layers = parse_layers(args.layers, target)
+    layers = read_recipe(resumed).layers if resumed else parse_layers(args.layers, target)
     vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
     options = TrainingOptions(
         layers,
@@ -108,18 +115,19 @@ def run_distill_command(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     started = time.perf_counter()
-    student, history = _train(target, training, held_out, options)
+    student, history = _train(target, training, held_out, options, resumed)
     training_seconds = time.perf_counter() - started
     best = max(history, key=lambda a: a.overall)
     recipe = {
         "data": _describe(training, training_windows, held_out, held_out_windows, args.audio_dir),
         "training": {**vars(options), "layers": list(layers), "epochs_run": len(history) - 1},
+        "resumed_from": None if resumed is None else read_recipe(resumed).recipe,
         "seconds": {"reading": round(reading_seconds), "training": round(training_seconds)},
         "held_out_agreement": {"untrained": agreement_report(history[0]), "draft": agreement_report(best)},
         "agreement_by_epoch": [round(a.overall, 4) for a in history],
     }
     save_self_draft(student, target, pair.target.name, layers, out, recipe)
-    print_report(history[0], best, out)
+    print_report(history[0], best, out, "resumed" if resumed else "untrained")
     return 0
 
 
@@ -157,10 +165,26 @@ def read_cached(pair, windows, rng, path: Path, description: str, batch_size: in
     return dataset
 
 
-def _train(target, training, held_out, options):
+def resumed_draft(name: str | None, target) -> Path | None:
+    """--resume's folder: None, a self-draft's folder, or 'self' for the one shipped for the target."""
+    from specdec.whisper.self_draft import is_self_draft, load_self_draft, shipped_draft
+
+    if name is None:
+        return None
+    folder = shipped_draft(target) if name == "self" else Path(name).expanduser()
+    if folder is None:
+        raise ValueError("--resume self: no self-draft ships for this target; give a self-draft's folder")
+    if not is_self_draft(folder):
+        raise ValueError(f"--resume {name}: not a self-draft's folder (no recipe in it)")
+    load_self_draft(folder, target)  # made for this target's weights, its bytes as its recipe says
+    return folder
+
+
+def _train(target, training, held_out, options, resumed: Path | None = None):
     from tqdm import tqdm
 
     from specdec.distill.train import train_draft
+    from specdec.whisper.self_draft import load_self_draft
 
     bar = tqdm(desc="training", unit="step", file=sys.stderr)
 
@@ -174,8 +198,9 @@ def _train(target, training, held_out, options):
         bar.write(f"epoch {epoch}: held-out next-token agreement {agreement.overall:.3f}", file=sys.stderr)
         bar.reset()
 
+    student = None if resumed is None else load_self_draft(resumed, target).float()
     try:
-        return train_draft(target, training, held_out, options, on_step, on_epoch)
+        return train_draft(target, training, held_out, options, on_step, on_epoch, student)
     finally:
         bar.close()
 
@@ -211,8 +236,8 @@ def agreement_report(agreement) -> dict:
     return {"overall": round(agreement.overall, 4), **{k: round(v, 4) for k, v in agreement.by_group.items()}}
 
 
-def print_report(untrained, best, out: Path) -> None:
-    print(f"held-out next-token agreement with the target (untrained -> draft), written to {out}")
+def print_report(untrained, best, out: Path, start: str = "untrained") -> None:
+    print(f"held-out next-token agreement with the target ({start} -> draft), written to {out}")
     for group, value in best.by_group.items():
         print(f"  {group:<16} {untrained.by_group.get(group, 0):.3f} -> {value:.3f}")
     print(f"  {'overall':<16} {untrained.overall:.3f} -> {best.overall:.3f}")
