@@ -125,15 +125,16 @@ def clips(options: E2eBenchOptions) -> list[Clip]:
 
 def expand(paths: list[Path]) -> list[Path]:
     """Each folder replaced by the audio files under it, sorted (`scripts/get_real_speech.py`'s folder)."""
-    return [
-        found
-        for path in paths
-        for found in (
-            sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
-            if path.is_dir()
-            else [path]
-        )
-    ]
+    found = []
+    for path in paths:
+        if not path.is_dir():
+            found.append(path)
+            continue
+        audio = sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
+        if not audio:
+            raise SystemExit(f"e2e: no audio files under {path}")
+        found += audio
+    return found
 
 
 def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Config]]:

@@ -206,3 +206,22 @@ def test_distill_resumes_a_self_draft_where_it_left_off(demo_models, audio_dir, 
     assert resumed["training"]["layers"] == first["training"]["layers"]
     assert cli.main([*arguments, "--resume", "self"]) == 2
     assert "no self-draft ships for this target" in capsys.readouterr().err
+    assert cli.main([*arguments, "--resume", str(distilled), "--layers", "0"]) == 2
+    assert "leave out --layers" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a window of no audio would cut a long recording forever
+        cli.main([*arguments[:-2], "--window-seconds", "0"])
+
+
+def test_a_header_that_does_not_know_its_length_is_not_taken_at_its_word(tmp_path):
+    """A WAV left by a recorder writing to a pipe says 0 (or a placeholder) for its data size: its length
+    is found by decoding it, not read as 0 (left out) or as a huge number (cut into pieces forever)."""
+    audio = load_audio(ASSETS / "en-weather.wav")
+    soundfile.write(tmp_path / "streamed.wav", audio, SAMPLE_RATE, subtype="PCM_16")
+    raw = bytearray((tmp_path / "streamed.wav").read_bytes())
+    data_size = raw.index(b"data") + 4
+    raw[data_size : data_size + 4] = (0xFFFFFFFF).to_bytes(4, "little")  # ffmpeg's placeholder
+    (tmp_path / "streamed.wav").write_bytes(bytes(raw))
+    told: list[str] = []
+    windows = data.plan_windows(data.find_clips(tmp_path), random.Random(0), on_skip=told.append)
+    assert not told and [[clip.seconds for clip in window] for window in windows] == [[None]]
+    assert len(data.window_audio(windows[0], random.Random(0))) == len(audio)

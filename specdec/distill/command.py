@@ -28,6 +28,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def window_seconds(text: str) -> float:
+    """argparse type: a window's audio, over 0 and at most MAX_WINDOW_SECONDS."""
+    from specdec.distill.data import MAX_WINDOW_SECONDS
+
+    value = float(text)
+    if not 0 < value <= MAX_WINDOW_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be over 0 and at most {MAX_WINDOW_SECONDS:g}, not {text}")
+    return value
+
+
 def add_distill_parser(commands) -> argparse.ArgumentParser:
     distill = commands.add_parser(
         "distill", help="train a draft that shares the target's encoder, from unlabelled audio (a self-draft)"
@@ -66,7 +76,7 @@ def add_distill_parser(commands) -> argparse.ArgumentParser:
     )
     distill.add_argument(
         "--window-seconds",
-        type=float,
+        type=window_seconds,
         default=28.0,
         help="clips are packed into windows of up to this much audio",
     )
@@ -87,7 +97,7 @@ def run_distill_command(args: argparse.Namespace) -> int:
     if not clips:
         raise ValueError(f"no audio files under {args.audio_dir}")
     pair = load_pair(args.target, None, device=args.device)
-    resumed = resumed_draft(args.resume, pair.target.model)  # checked before the long reading
+    resumed = resumed_draft(args.resume, args.layers, pair.target.model)  # checked before the long reading
     kernels.pack(pair.target.model)
     target = pair.target.model
     rng = random.Random(args.seed)
@@ -165,12 +175,14 @@ def read_cached(pair, windows, rng, path: Path, description: str, batch_size: in
     return dataset
 
 
-def resumed_draft(name: str | None, target) -> Path | None:
+def resumed_draft(name: str | None, layers: str | None, target) -> Path | None:
     """--resume's folder: None, a self-draft's folder, or 'self' for the one shipped for the target."""
     from specdec.whisper.self_draft import is_self_draft, load_self_draft, shipped_draft
 
     if name is None:
         return None
+    if layers is not None:
+        raise ValueError("--resume keeps the layers of the draft it resumes: leave out --layers")
     folder = shipped_draft(target) if name == "self" else Path(name).expanduser()
     if folder is None:
         raise ValueError("--resume self: no self-draft ships for this target; give a self-draft's folder")

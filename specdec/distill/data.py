@@ -12,6 +12,7 @@ are these times its embedding matrix). No transcript is needed: the labels are t
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from transformers import WhisperForConditionalGeneration
 
-from specdec.audio import SAMPLE_RATE, AudioError, load_audio
+from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions
 from specdec.whisper.features import PairFeatures, encode, features
@@ -155,11 +156,17 @@ def _piece_audio(clip: Clip) -> np.ndarray:
         with soundfile.SoundFile(str(clip.path)) as file:
             file.seek(round(clip.start * file.samplerate))
             frames = file.read(round(clip.seconds * file.samplerate), dtype="float32", always_2d=True)
-            return load_audio((file.samplerate, frames), max_seconds=None)
+            if len(frames):
+                return load_audio((file.samplerate, frames), max_seconds=None)
     except (RuntimeError, soundfile.LibsndfileError):
-        audio = load_audio(clip.path, max_seconds=None)
-        first = round(clip.start * SAMPLE_RATE)
-        return audio[first : first + round(clip.seconds * SAMPLE_RATE)]
+        pass
+    first = round(clip.start * SAMPLE_RATE)
+    return _decoded(clip.path)[first : first + round(clip.seconds * SAMPLE_RATE)]
+
+
+@functools.lru_cache(maxsize=2)  # a long m4a is cut into many pieces: decoded once, not once a piece
+def _decoded(path: Path) -> np.ndarray:
+    return load_audio(path, max_seconds=None)
 
 
 def read_windows(
@@ -235,19 +242,14 @@ def _batches(windows: list[list[Clip]], size: int) -> Iterator[list[list[Clip]]]
 
 
 def _seconds(path: Path, on_skip: Callable[[str], None]) -> float | None:
-    """The file's length; None (on_skip told why) for a file that cannot be read or holds no audio."""
-    import soundfile
-
+    """The file's length as its header records it, else as decoded; None (on_skip told why) for a file
+    that cannot be read or holds no audio. (A header that does not know its length, as a recorder writing
+    to a pipe leaves it, is not taken at its word.)"""
+    seconds = recorded_seconds(path)
+    if seconds:
+        return seconds
     try:
-        seconds = soundfile.info(str(path)).duration
-        if seconds > 0:
-            return seconds
-        raise AudioError(f"{path}: no audio in it")
-    except RuntimeError:  # a format soundfile does not read: counted when loaded
-        try:
-            return len(load_audio(path, max_seconds=None)) / SAMPLE_RATE
-        except AudioError as error:
-            on_skip(f"{error}; left out")
+        return len(load_audio(path, max_seconds=None)) / SAMPLE_RATE
     except AudioError as error:
         on_skip(f"{error}; left out")
     return None
