@@ -41,7 +41,7 @@ from benchmarks.cpu import _faster_whisper_models
 from benchmarks.plots import COLOURS
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.distill.data import AUDIO_SUFFIXES
+from specdec.distill.data import find_clips
 from specdec.longform import is_long
 from specdec.options import DecodeOptions
 from specdec.whisper.models import PairError
@@ -130,7 +130,7 @@ def expand(paths: list[Path]) -> list[Path]:
         if not path.is_dir():
             found.append(path)
             continue
-        audio = sorted(p for p in path.rglob("*") if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file())
+        audio = [clip.path for clip in find_clips(path)]
         if not audio:
             raise SystemExit(f"e2e: no audio files under {path}")
         found += audio

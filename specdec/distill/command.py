@@ -113,7 +113,8 @@ def run_distill_command(args: argparse.Namespace) -> int:
     training = read_cached(pair, training_windows, rng, cache / "training.pt", "reading training windows")
     reading_seconds = time.perf_counter() - started
     kernels.unpack(target)  # training copies the target's layers (a packed weight cannot be copied)
-    layers = read_recipe(resumed).layers if resumed else parse_layers(args.layers, target)
+    resumed_from = read_recipe(resumed) if resumed else None
+    layers = resumed_from.layers if resumed_from else parse_layers(args.layers, target)
     vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
     options = TrainingOptions(
         layers,
@@ -131,7 +132,7 @@ def run_distill_command(args: argparse.Namespace) -> int:
     recipe = {
         "data": _describe(training, training_windows, held_out, held_out_windows, args.audio_dir),
         "training": {**vars(options), "layers": list(layers), "epochs_run": len(history) - 1},
-        "resumed_from": None if resumed is None else read_recipe(resumed).recipe,
+        "resumed_from": resumed_from.recipe if resumed_from else None,
         "seconds": {"reading": round(reading_seconds), "training": round(training_seconds)},
         "held_out_agreement": {"untrained": agreement_report(history[0]), "draft": agreement_report(best)},
         "agreement_by_epoch": [round(a.overall, 4) for a in history],
