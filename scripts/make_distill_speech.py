@@ -1,7 +1,8 @@
-"""Unlabelled speech for distilling a draft: sentences in many languages spoken by espeak-ng.
+"""Unlabelled speech for distilling a draft: sentences in many languages spoken by espeak-ng or Festival.
 
     python scripts/make_distill_speech.py OUT [--per-language 400] [--languages en,de,...] [--seed 0]
     python scripts/make_distill_speech.py OUT --languages en --texts fortunes   # English prose and dialogue
+    python scripts/make_distill_speech.py OUT --synth festival --languages en,it,cs,ru --texts fortunes
 
 No human transcript is needed (the draft learns the target's own outputs), so any text serves. The texts come
 from what ships offline: the translated messages of the Debian packages installed here (gettext catalogs under
@@ -11,6 +12,12 @@ package `fortunes` instead (quotations, jokes and dialogue: closer to speech tha
 `apt-get install fortunes`). Each sentence is spoken by a voice of its language at a random speed
 and pitch (espeak-ng's variants), resampled with sox to 16 kHz mono: OUT/<language>/<n>.wav and <n>.txt.
 Needs `apt-get install espeak-ng sox`.
+
+`--synth festival` speaks with voices made from recordings of people instead of espeak-ng's formant
+synthesis: Flite's and Festival's diphone, unit-selection and HTS voices (seven English ones, two Italian,
+two Czech, one Russian), each sentence at a random speed and shifted in pitch by up to two semitones.
+Needs `apt-get install flite festival festvox-kdlpc16k festvox-kallpc16k festvox-us-slt-hts
+festvox-italp16k festvox-itapc16k festvox-ru festvox-czech-dita festvox-czech-machac sox`.
 """
 
 from __future__ import annotations
@@ -41,6 +48,22 @@ LANGUAGES = {
     "tr": ("tr", "tr"),
     "cs": ("cs", "cs"),
 }
+# Whisper code -> Flite ("flite:") and Festival voices built from recordings of people
+FESTIVAL_VOICES = {
+    "en": (
+        "flite:awb",
+        "flite:rms",
+        "flite:slt",
+        "flite:kal16",
+        "kal_diphone",
+        "ked_diphone",
+        "cmu_us_slt_arctic_hts",
+    ),
+    "it": ("lp_diphone", "pc_diphone"),
+    "cs": ("czech_dita", "czech_machac"),
+    "ru": ("msu_ru_nsh_clunits",),
+}
+FESTIVAL_ENCODINGS = {"it": "iso-8859-1", "cs": "iso-8859-2"}  # what those voices read; the others UTF-8
 ENGLISH_VOICES = ("en-us", "en-gb", "en-gb-x-rp", "en-us-nyc", "en-gb-scotland", "en-029")
 VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+f1", "+f2", "+f3", "+f4")
 MIN_WORDS, MAX_WORDS = 5, 30
@@ -131,6 +154,31 @@ def speak(text: str, voice: str, rng: random.Random, out: Path) -> None:
         subprocess.run(["sox", raw.name, "-r", "16000", "-c", "1", "-b", "16", str(out)], check=True)
 
 
+def speak_festival(text: str, voice: str, language: str, rng: random.Random, out: Path) -> bool:
+    """text spoken by a Flite or Festival voice at a random speed and pitch, as a 16 kHz mono WAV; False
+    where the voice could not say it (a character its language's encoding lacks, a voice error)."""
+    stretch, cents = round(rng.uniform(0.85, 1.25), 2), rng.randint(-200, 200)
+    encoded = text.encode(FESTIVAL_ENCODINGS.get(language, "utf-8"), errors="ignore")
+    with tempfile.NamedTemporaryFile(suffix=".wav") as raw, tempfile.NamedTemporaryFile(suffix=".txt") as words:
+        if voice.startswith("flite:"):
+            words.write(encoded)
+            words.flush()
+            command = ["flite", "-voice", voice[6:], "--setf", f"duration_stretch={stretch}"]
+            command += ["-f", words.name, "-o", raw.name]
+        else:
+            command = ["text2wave", "-eval", f"(voice_{voice})"]
+            command += ["-eval", f"(Parameter.set 'Duration_Stretch {stretch})", "-o", raw.name]
+        spoken = subprocess.run(command, input=encoded, capture_output=True, timeout=120)
+        if spoken.returncode != 0 or Path(raw.name).stat().st_size < 4000:
+            return False
+        subprocess.run(
+            ["sox", raw.name, "-r", "16000", "-c", "1", "-b", "16", str(out), "pitch", str(cents)],
+            check=True,
+            capture_output=True,
+        )
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
@@ -140,9 +188,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--texts", choices=("catalogs", "fortunes"), default="catalogs", help="English texts (see above)"
     )
+    parser.add_argument(
+        "--synth", choices=("espeak-ng", "festival"), default="espeak-ng", help="the voices (see above)"
+    )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
-    for language in args.languages.split(","):
+    languages = args.languages.split(",")
+    if args.synth == "festival" and set(languages) - set(FESTIVAL_VOICES):
+        sys.exit(f"--synth festival speaks {', '.join(FESTIVAL_VOICES)}, not {args.languages}")
+    for language in languages:
         folder, voice = LANGUAGES[language]
         sentences = english_sentences(args.texts) if folder is None else catalog_sentences(folder)
         chosen = rng.sample(sentences, min(args.per_language, len(sentences)))
@@ -151,8 +205,15 @@ def main(argv: list[str] | None = None) -> None:
         for n, text in enumerate(chosen):
             if (directory / f"{n:05d}.txt").exists():  # made by an earlier run with the same seed
                 continue
-            voices = ENGLISH_VOICES if language == "en" else (voice,)
-            speak(text, rng.choice(voices) + rng.choice(VARIANTS), rng, directory / f"{n:05d}.wav")
+            wav = directory / f"{n:05d}.wav"
+            if args.synth == "festival":
+                said = speak_festival(text, rng.choice(FESTIVAL_VOICES[language]), language, rng, wav)
+                if not said:
+                    print(f"{language} {n:05d}: the voice could not say {text!r}", file=sys.stderr)
+                    continue
+            else:
+                voices = ENGLISH_VOICES if language == "en" else (voice,)
+                speak(text, rng.choice(voices) + rng.choice(VARIANTS), rng, wav)
             (directory / f"{n:05d}.txt").write_text(text + "\n")
         print(f"{language}: {len(chosen)} of {len(sentences)} sentences", file=sys.stderr)
 
