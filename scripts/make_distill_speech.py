@@ -158,21 +158,19 @@ def speak_festival(text: str, voice: str, language: str, rng: random.Random, out
     """text spoken by a Flite or Festival voice at a random speed and pitch, as a 16 kHz mono WAV; False
     where the voice could not say it (a character its language's encoding lacks, a voice error)."""
     stretch, cents = round(rng.uniform(0.85, 1.25), 2), rng.randint(-200, 200)
-    encoded = text.encode(FESTIVAL_ENCODINGS.get(language, "utf-8"), errors="ignore")
-    with tempfile.NamedTemporaryFile(suffix=".wav") as raw, tempfile.NamedTemporaryFile(suffix=".txt") as words:
+    with tempfile.TemporaryDirectory() as scratch:
+        words, raw = Path(scratch, "words.txt"), Path(scratch, "raw.wav")
+        words.write_bytes(text.encode(FESTIVAL_ENCODINGS.get(language, "utf-8"), errors="ignore"))
         if voice.startswith("flite:"):
-            words.write(encoded)
-            words.flush()
-            command = ["flite", "-voice", voice[6:], "--setf", f"duration_stretch={stretch}"]
-            command += ["-f", words.name, "-o", raw.name]
+            command = ["flite", "-voice", voice[6:], "--setf", f"duration_stretch={stretch}", "-f", words]
         else:
-            command = ["text2wave", "-eval", f"(voice_{voice})"]
-            command += ["-eval", f"(Parameter.set 'Duration_Stretch {stretch})", "-o", raw.name]
-        spoken = subprocess.run(command, input=encoded, capture_output=True, timeout=120)
-        if spoken.returncode != 0 or Path(raw.name).stat().st_size < 4000:
+            command = ["text2wave", "-eval", f"(voice_{voice})", words]
+            command += ["-eval", f"(Parameter.set 'Duration_Stretch {stretch})"]
+        spoken = subprocess.run([*command, "-o", raw], capture_output=True, timeout=120)
+        if spoken.returncode != 0 or not raw.is_file() or raw.stat().st_size < 4000:
             return False
         subprocess.run(
-            ["sox", raw.name, "-r", "16000", "-c", "1", "-b", "16", str(out), "pitch", str(cents)],
+            ["sox", raw, "-r", "16000", "-c", "1", "-b", "16", str(out), "pitch", str(cents)],
             check=True,
             capture_output=True,
         )
