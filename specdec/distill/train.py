@@ -20,7 +20,7 @@ from torch.nn import functional as F
 from transformers import WhisperForConditionalGeneration
 
 from specdec.distill.data import Dataset, Sequence
-from specdec.engine.fast_draft import CPU_DRAFT, frequent_draft_ids, pooled_states
+from specdec.engine.fast_draft import CPU_DRAFT, pooled_states, proposable_ids
 from specdec.whisper.self_draft import make_student, own_parameters
 
 
@@ -130,7 +130,8 @@ class Proposable:
     @classmethod
     def of(cls, student: WhisperForConditionalGeneration, size: int | None) -> Proposable:
         vocab_size = student.config.vocab_size
-        rows = torch.arange(vocab_size) if size is None else frequent_draft_ids(None, vocab_size, size)
+        eos_id = student.config.eos_token_id
+        rows = torch.arange(vocab_size) if size is None else proposable_ids(vocab_size, size, eos_id)
         columns = torch.full((vocab_size,), -1, dtype=torch.long)
         columns[rows] = torch.arange(len(rows))
         return cls(student.proj_out.weight.detach()[rows], columns)

@@ -128,17 +128,18 @@ def sounding_frames(windows: torch.Tensor) -> int:
     return int(sounding[-1]) + 1 if sounding.numel() else 0
 
 
-def frequent_draft_ids(
-    vocabulary: VocabularyMap | None, draft_size: int, num_text_tokens: int
-) -> torch.Tensor:
-    """Draft ids the restricted projection computes, ascending: text ids below num_text_tokens and every
-    special id (end-of-text and after), of those the target has (the others are never proposed)."""
+def frequent_draft_ids(vocabulary: VocabularyMap, draft_size: int, num_text_tokens: int) -> torch.Tensor:
+    """Draft ids the restricted projection computes, ascending: `proposable_ids`, of those the target has
+    (the others are never proposed)."""
+    ids = proposable_ids(draft_size, num_text_tokens, vocabulary.draft_eos_id)
+    return ids if vocabulary.is_identity else ids[vocabulary.draft_to_target[ids] >= 0]
+
+
+def proposable_ids(draft_size: int, num_text_tokens: int, eos_id: int) -> torch.Tensor:
+    """Text ids below num_text_tokens and every special id (end-of-text and after, the timestamps among
+    them), ascending: the ids a draft with a restricted vocabulary may propose, and is trained on."""
     ids = torch.arange(draft_size)
-    eos = vocabulary.draft_eos_id if vocabulary is not None else draft_size
-    keep = (ids < num_text_tokens) | (ids >= eos)
-    if vocabulary is not None and not vocabulary.is_identity:
-        keep &= vocabulary.draft_to_target >= 0
-    return ids[keep]
+    return ids[(ids < num_text_tokens) | (ids >= eos_id)]
 
 
 class RestrictedProjection(nn.Module):
