@@ -174,6 +174,9 @@ def speak_festival(text: str, voice: str, language: str, rng: random.Random, out
             check=True,
             capture_output=True,
         )
+    if out.stat().st_size < 16_044:  # under half a second of 16-bit samples (a voice's broken header)
+        out.unlink()
+        return False
     return True
 
 
