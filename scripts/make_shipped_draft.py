@@ -13,7 +13,8 @@ kept for training but only 60 of each other language (English is what most users
 a window costs the target ~1.3 s here). The readings are cached in WORK, so a second run only trains.
 The shipped draft was trained on every encoder frame (`--frame-pooling 1`; pooling came later) and runs
 on frames averaged in groups of 4 on a CPU; a third stage trained on pooled frames was tried and not kept
-(docs/benchmarks.md).
+(docs/benchmarks.md). The shipped draft was trained on text tokens only; since commit 7792eef training
+also teaches end-of-text and the timestamps, so the commit before it reproduces the shipped weights.
 """
 
 from __future__ import annotations
