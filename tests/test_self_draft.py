@@ -19,11 +19,12 @@ from specdec import cli
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.distill import data
+from specdec.distill.command import recipe_changes
 from specdec.distill.train import Proposable, TrainingOptions, train_draft
 from specdec.engine.fast_draft import frequent_draft_ids
 from specdec.options import DecodeOptions
 from specdec.whisper.models import DraftKind, PairError, load_pair
-from specdec.whisper.self_draft import DRAFT_FILE, RECIPE_FILE, SelfDraft
+from specdec.whisper.self_draft import DRAFT_FILE, RECIPE_FILE, SelfDraft, read_recipe
 
 ASSETS = Path(__file__).parent.parent / "assets"
 CLIPS = {"en": ["en-weather.wav", "en-fellow-americans.wav", "en-jfk.flac"], "de": ["de-bahnhof.wav"]}
@@ -221,6 +222,12 @@ def test_distill_resumes_a_self_draft_where_it_left_off(demo_models, audio_dir, 
     assert resumed["agreement_by_epoch"][0] == pytest.approx(max(first["agreement_by_epoch"]), abs=1e-4)
     assert resumed["resumed_from"]["recipe"] == first
     assert resumed["training"]["layers"] == first["training"]["layers"]
+    assert "--frame-pooling" not in capsys.readouterr().err  # the same options: nothing to say
+    pooled_twice = TrainingOptions(vocabulary=first["training"]["vocabulary"], frame_pooling=2)
+    [change] = recipe_changes(read_recipe(distilled).recipe, pooled_twice)
+    assert "trained with --frame-pooling 4; this run trains it with 2" in change
+    [old, _] = recipe_changes({"recipe": {"training": {"vocabulary": None}}}, TrainingOptions())
+    assert "--vocabulary all" in old  # and a recipe from before pooling was trained on every frame
     assert cli.main([*arguments, "--resume", "self"]) == 2
     assert "no self-draft ships for this target" in capsys.readouterr().err
     assert cli.main([*arguments, "--resume", str(distilled), "--layers", "0"]) == 2

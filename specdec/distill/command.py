@@ -97,9 +97,24 @@ def run_distill_command(args: argparse.Namespace) -> int:
     if not clips:
         raise ValueError(f"no audio files under {args.audio_dir}")
     pair = load_pair(args.target, None, device=args.device)
-    resumed = resumed_draft(args.resume, args.layers, pair.target.model)  # checked before the long reading
-    kernels.pack(pair.target.model)
     target = pair.target.model
+    resumed = resumed_draft(args.resume, args.layers, target)  # checked before the long reading
+    resumed_from = read_recipe(resumed) if resumed else None
+    layers = resumed_from.layers if resumed_from else parse_layers(args.layers, target)
+    vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
+    options = TrainingOptions(
+        layers,
+        args.epochs,
+        args.batch_size,
+        args.learning_rate,
+        vocabulary=vocabulary,
+        frame_pooling=args.frame_pooling,
+        seed=args.seed,
+    )
+    if resumed_from:
+        for change in recipe_changes(resumed_from.recipe, options):
+            _tell(change)
+    kernels.pack(target)
     rng = random.Random(args.seed)
     windows = data.plan_windows(clips, rng, args.window_seconds, on_skip=_tell)
     if not windows:
@@ -113,18 +128,6 @@ def run_distill_command(args: argparse.Namespace) -> int:
     training = read_cached(pair, training_windows, rng, cache / "training.pt", "reading training windows")
     reading_seconds = time.perf_counter() - started
     kernels.unpack(target)  # training copies the target's layers (a packed weight cannot be copied)
-    resumed_from = read_recipe(resumed) if resumed else None
-    layers = resumed_from.layers if resumed_from else parse_layers(args.layers, target)
-    vocabulary = None if args.vocabulary == "all" else int(args.vocabulary)
-    options = TrainingOptions(
-        layers,
-        args.epochs,
-        args.batch_size,
-        args.learning_rate,
-        vocabulary=vocabulary,
-        frame_pooling=args.frame_pooling,
-        seed=args.seed,
-    )
     started = time.perf_counter()
     student, history = _train(target, training, held_out, options, resumed)
     training_seconds = time.perf_counter() - started
@@ -140,6 +143,24 @@ def run_distill_command(args: argparse.Namespace) -> int:
     save_self_draft(student, target, pair.target.name, layers, out, recipe)
     print_report(history[0], best, out, "resumed" if resumed else "untrained")
     return 0
+
+
+def recipe_changes(resumed: dict, options) -> list[str]:
+    """A line for each of --vocabulary and --frame-pooling that differs from how the resumed self-draft
+    (its description: `read_recipe(...).recipe`) was trained: a draft runs best as it was trained."""
+    training = resumed.get("recipe", {}).get("training", {})
+    was = {"vocabulary": training["vocabulary"]} if "vocabulary" in training else {}
+    was["frame_pooling"] = training.get("frame_pooling", 1)  # a recipe older than pooling: every frame
+    changes = []
+    for name, value in was.items():
+        now = getattr(options, name)
+        if value != now:
+            flag = "--" + name.replace("_", "-")
+            changes.append(
+                f"the draft resumed was trained with {flag} {value or 'all'}; this run trains it with "
+                f"{now or 'all'} (give {flag} {value or 'all'} to keep it as it was)"
+            )
+    return changes
 
 
 def _tell(why: str) -> None:
