@@ -15,7 +15,8 @@ Needs `apt-get install espeak-ng sox`.
 
 `--synth festival` speaks with voices made from recordings of people instead of espeak-ng's formant
 synthesis: Flite's and Festival's diphone, unit-selection and HTS voices (seven English ones, two Italian,
-two Czech, one Russian), each sentence at a random speed and shifted in pitch by up to two semitones.
+two Czech, one Russian), each sentence at a random speed (Flite's own duration stretch, else sox's
+tempo) and shifted in pitch by up to two semitones.
 Needs `apt-get install flite festival festvox-kdlpc16k festvox-kallpc16k festvox-us-slt-hts
 festvox-italp16k festvox-itapc16k festvox-ru festvox-czech-dita festvox-czech-machac sox`.
 """
@@ -156,24 +157,30 @@ def speak(text: str, voice: str, rng: random.Random, out: Path) -> None:
 
 def speak_festival(text: str, voice: str, language: str, rng: random.Random, out: Path) -> bool:
     """text spoken by a Flite or Festival voice at a random speed and pitch, as a 16 kHz mono WAV; False
-    where the voice could not say it (a character its language's encoding lacks, a voice error)."""
+    where the voice could not say it (a voice error or hang; characters its language's encoding lacks are
+    dropped from the sentence)."""
     stretch, cents = round(rng.uniform(0.85, 1.25), 2), rng.randint(-200, 200)
+    sox_effects = ["pitch", str(cents)]
     with tempfile.TemporaryDirectory() as scratch:
         words, raw = Path(scratch, "words.txt"), Path(scratch, "raw.wav")
         words.write_bytes(text.encode(FESTIVAL_ENCODINGS.get(language, "utf-8"), errors="ignore"))
         if voice.startswith("flite:"):
             command = ["flite", "-voice", voice[6:], "--setf", f"duration_stretch={stretch}", "-f", words]
-        else:
+        else:  # the HTS and unit-selection voices ignore Festival's Duration_Stretch: sox sets the speed
             command = ["text2wave", "-eval", f"(voice_{voice})", words]
-            command += ["-eval", f"(Parameter.set 'Duration_Stretch {stretch})"]
-        spoken = subprocess.run([*command, "-o", raw], capture_output=True, timeout=120)
-        if spoken.returncode != 0 or not raw.is_file() or raw.stat().st_size < 4000:
+            sox_effects += ["tempo", "-s", f"{1 / stretch:.3f}"]
+        try:
+            spoken = subprocess.run([*command, "-o", raw], capture_output=True, timeout=120)
+            if spoken.returncode != 0 or not raw.is_file() or raw.stat().st_size < 4000:
+                return False
+            subprocess.run(
+                ["sox", raw, "-r", "16000", "-c", "1", "-b", "16", str(out), *sox_effects],
+                check=True,
+                capture_output=True,
+            )
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError):
+            out.unlink(missing_ok=True)
             return False
-        subprocess.run(
-            ["sox", raw, "-r", "16000", "-c", "1", "-b", "16", str(out), "pitch", str(cents)],
-            check=True,
-            capture_output=True,
-        )
     if out.stat().st_size < 16_044:  # under half a second of 16-bit samples (a voice's broken header)
         out.unlink()
         return False

@@ -232,6 +232,8 @@ def test_distill_resumes_a_self_draft_where_it_left_off(demo_models, audio_dir, 
     assert "no self-draft ships for this target" in capsys.readouterr().err
     assert cli.main([*arguments, "--resume", str(distilled), "--layers", "0"]) == 2
     assert "leave out --layers" in capsys.readouterr().err
+    assert cli.main([*arguments, "--layers", "0,99"]) == 2  # said before the long reading, not after it
+    assert "decoder layers are 0 to" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a window of no audio would cut a long recording forever
         cli.main([*arguments[:-2], "--window-seconds", "0"])
 

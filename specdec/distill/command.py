@@ -156,9 +156,10 @@ def recipe_changes(resumed: dict, options) -> list[str]:
         now = getattr(options, name)
         if value != now:
             flag = "--" + name.replace("_", "-")
+            value, now = ("all" if v is None else v for v in (value, now))
             changes.append(
-                f"the draft resumed was trained with {flag} {value or 'all'}; this run trains it with "
-                f"{now or 'all'} (give {flag} {value or 'all'} to keep it as it was)"
+                f"the draft resumed was trained with {flag} {value}; this run trains it with {now} "
+                f"(give {flag} {value} to keep it as it was)"
             )
     return changes
 
@@ -171,7 +172,13 @@ def parse_layers(text: str | None, target) -> tuple[int, ...]:
     """--layers "0,3,5" as a tuple; None or empty: `train.default_layers` (the first and the last)."""
     from specdec.distill.train import default_layers
 
-    return tuple(int(n) for n in text.split(",")) if text else default_layers(target)
+    if not text:
+        return default_layers(target)
+    layers = tuple(int(n) for n in text.split(","))
+    count = target.config.decoder_layers
+    if not all(0 <= layer < count for layer in layers):
+        raise ValueError(f"--layers {text}: the target's decoder layers are 0 to {count - 1}")
+    return layers
 
 
 def read_cached(pair, windows, rng, path: Path, description: str, batch_size: int = 8):

@@ -130,7 +130,7 @@ class Proposable:
     @classmethod
     def of(cls, student: WhisperForConditionalGeneration, size: int | None) -> Proposable:
         vocab_size = student.config.vocab_size
-        eos_id = student.config.eos_token_id
+        eos_id = student.generation_config.eos_token_id  # <|endoftext|>, as `_forward` pads with
         rows = torch.arange(vocab_size) if size is None else proposable_ids(vocab_size, size, eos_id)
         columns = torch.full((vocab_size,), -1, dtype=torch.long)
         columns[rows] = torch.arange(len(rows))
