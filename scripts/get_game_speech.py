@@ -1,0 +1,91 @@
+"""Recorded English speech to train a self-draft on, from a Debian package: a game's voice acting.
+
+    python scripts/get_game_speech.py OUT [--lines N] [--seed S]
+
+A self-draft learns from audio its target reads, no transcripts needed (`specdec distill`), and what it
+learns from synthetic voices (espeak-ng, Festival) carries over poorly to people speaking
+(docs/benchmarks.md). The CD version of the adventure game "Flight of the Amazon Queen" (1995, freeware:
+Debian's `flight-of-the-amazon-queen`, free to redistribute with its readme) holds 4.5 hours of recorded
+English dialogue, about 6,600 lines spoken by its cast, as MP3 at 11,025 Hz inside its data file
+`queen.1c`. This script fetches the package (`apt-get download`, into OUT/cache), reads the file's table of
+entries and writes each line of dialogue (or N of them, drawn with the seed) as OUT/en/NAME.wav at its own
+rate (reading it for training resamples it); the folder's name tells `specdec distill` the language.
+
+queen.1c begins with "QTBL", a 6-byte version, 2 bytes unused, the codec of its sounds (1: MP3) and the
+number of entries (16 bits, big-endian); then 21 bytes per entry: a name (12 bytes, zero-padded), a bundle
+number, and the entry's offset from the file's start and its size (32 bits each, big-endian). The speech
+is in the entries named *.SB, beside the sound effects, named by a number, maybe a letter, and "S" up to
+eight characters (116BSSSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import random
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import soundfile
+
+PACKAGE = "flight-of-the-amazon-queen"
+DATA_FILE = "usr/share/scummvm/flight-of-the-amazon-queen/queen.1c"
+MP3 = 1
+ENTRY = struct.Struct(">12sBII")  # name, bundle, offset, size
+SOUND_EFFECT = re.compile(r"\d+[A-Z]?S+")
+NOT_DIALOGUE = {"BLANK000", "ROCKPAKS"}  # a near-silent entry and a sound named otherwise
+
+
+def data_file(cache: Path) -> Path:
+    """queen.1c from the Debian package, downloaded and unpacked into cache once."""
+    unpacked = cache / "package"
+    if not (unpacked / DATA_FILE).is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["apt-get", "download", PACKAGE], cwd=cache, check=True)
+        package = sorted(cache.glob(f"{PACKAGE}_*.deb"))[-1]
+        subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
+    return unpacked / DATA_FILE
+
+
+def dialogue_entries(data: bytes) -> dict[str, tuple[int, int]]:
+    """Each line of dialogue's name -> (offset, size) in the data file."""
+    if data[:4] != b"QTBL" or data[12] != MP3:
+        raise ValueError("not the CD version's queen.1c with MP3 sounds")
+    (count,) = struct.unpack_from(">H", data, 13)
+    entries = {}
+    for index in range(count):
+        raw_name, _, offset, size = ENTRY.unpack_from(data, 15 + index * ENTRY.size)
+        name = raw_name.rstrip(b"\0").decode("ascii")
+        stem, _, suffix = name.partition(".")
+        if suffix == "SB" and not SOUND_EFFECT.fullmatch(stem) and stem not in NOT_DIALOGUE:
+            entries[stem] = (offset, size)
+    return entries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--lines", type=int, default=None, help="how many lines to write (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="which lines, with --lines")
+    args = parser.parse_args()
+    data = data_file(args.out / "cache").read_bytes()
+    entries = dialogue_entries(data)
+    names = sorted(entries)
+    if args.lines is not None:
+        names = sorted(random.Random(args.seed).sample(names, min(args.lines, len(names))))
+    folder = args.out / "en"
+    folder.mkdir(parents=True, exist_ok=True)
+    seconds = 0.0
+    for name in names:
+        offset, size = entries[name]
+        audio, rate = soundfile.read(io.BytesIO(data[offset : offset + size]), dtype="float32")
+        soundfile.write(folder / f"{name}.wav", audio, rate, subtype="PCM_16")
+        seconds += len(audio) / rate
+    print(f"{len(names)} lines of dialogue, {seconds / 3600:.1f} hours, in {folder}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
