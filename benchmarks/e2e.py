@@ -294,6 +294,15 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             kind: drafting_costs([r for r in mine if r["long_form"] == long_form], alone)
             for kind, long_form in (("short", False), ("long_form", True))
         }
+        ceilings = {
+            kind: [
+                request_ceiling(alone[r["clip"]], costs[kind]["decode_ceiling"])
+                for r in mine
+                if r["long_form"] == (kind == "long_form") and (kind == "long_form" or r in short_english)
+            ]
+            for kind in costs
+            if costs[kind]
+        }
         found[draft] = {
             "short_english_median_ratio": statistics.median(english) if english else None,
             # the decode phase alone, summed over the short English clips (the warm decode-only figure)
@@ -303,8 +312,22 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             "long_form_vs_faster_whisper": against,
             "acceptance_by_language": acceptance,
             "drafting_costs": {kind: figures for kind, figures in costs.items() if figures},
+            # whole requests with every token accepted, at these costs: the median over the short English
+            # clips and over the long-form ones (`request_ceiling`); None where no such clip was drafted
+            "ceiling_ratio": {
+                "short_english": statistics.median(ceilings["short"]) if ceilings.get("short") else None,
+                "long_form": statistics.median(ceilings["long_form"]) if ceilings.get("long_form") else None,
+            },
         }
     return found
+
+
+def request_ceiling(alone: dict, decode_ceiling: float) -> float:
+    """How many times faster than the target alone a whole request could be with every drafted token
+    accepted: its audio, features and encoder as they are (the same both ways), its decode decode_ceiling
+    times as fast; alone: the target alone's row for the clip."""
+    total, decode = alone["median_seconds"], alone["decode_seconds"]
+    return total / (total - decode + decode / decode_ceiling)
 
 
 def drafting_costs(mine: list[dict], alone: dict[str, dict]) -> dict | None:
@@ -379,6 +402,12 @@ def summary_lines(found: dict[str, dict]) -> list[str]:
             f"{x(figures['non_english_min_ratio'])}, long-form {x(figures['long_form_ratio'])}"
             f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
         )
+        ceiling = figures["ceiling_ratio"]
+        if ceiling["short_english"] or ceiling["long_form"]:
+            lines.append(
+                f"  with every token accepted, at the costs below, a whole request would be at most: short "
+                f"English median {x(ceiling['short_english'])}, long-form {x(ceiling['long_form'])}"
+            )
         for kind, costs in figures["drafting_costs"].items():
             lines.append(
                 f"  {kind.replace('_', '-')} clips: a drafted token costs {costs['draft']:.2f} (draft) + "

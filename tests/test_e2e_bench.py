@@ -15,7 +15,7 @@ import pytest
 import soundfile
 
 from benchmarks.__main__ import main
-from benchmarks.e2e import E2eBenchOptions, clips
+from benchmarks.e2e import E2eBenchOptions, clips, request_ceiling
 from specdec.audio import SAMPLE_RATE
 
 
@@ -43,6 +43,14 @@ def test_a_folder_stands_for_the_audio_files_under_it(tmp_path):
     assert extra[-2:] == ["meeting/a", "meeting/b"] and "en-six-parts" in extra
 
 
+def test_a_requests_ceiling_speeds_up_only_its_decode():
+    # 1 s alone, 0.6 s of it decoding: at a decode ceiling of 3x, 0.4 + 0.2 s; at any ceiling, above 0.4 s
+    alone = {"median_seconds": 1.0, "decode_seconds": 0.6}
+    assert request_ceiling(alone, 3.0) == pytest.approx(1 / 0.6)
+    assert request_ceiling(alone, 1.0) == pytest.approx(1.0)
+    assert request_ceiling(alone, 1e9) < 1 / 0.4
+
+
 @pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it
 def test_report_on_demo_models(demo_models, tmp_path):
     clip = tmp_path / "noise.wav"
@@ -65,6 +73,7 @@ def test_report_on_demo_models(demo_models, tmp_path):
     assert report["summary"][draft]["long_form_ratio"] is None  # no long clip given
     costs = report["summary"][draft]["drafting_costs"]  # figures, never asserted: only that they are there
     assert list(costs) == ["short"] and {"draft", "verify", "decode_ceiling"} <= set(costs["short"])
+    assert report["summary"][draft]["ceiling_ratio"]["long_form"] is None
     assert report["identical"] and out.with_suffix(".html").exists()
 
 
