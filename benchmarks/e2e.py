@@ -265,7 +265,8 @@ def rows_of(
 
 def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
     """Per draft: the short-English median ratio, the non-English minimum, long-form against the target
-    alone and against faster-whisper, acceptance per language (accepted / drafted over its clips)."""
+    alone and against faster-whisper, acceptance per language (accepted / drafted over its clips), what a
+    drafted token costs and the ratios no acceptance could pass at those costs."""
     found = {}
     for draft in drafts:
         mine = [row for row in rows if row["draft"] == draft]
@@ -294,11 +295,12 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             kind: drafting_costs([r for r in mine if r["long_form"] == long_form], alone)
             for kind, long_form in (("short", False), ("long_form", True))
         }
+        # where the draft did not run, the request is the target alone's: 1.0
+        chosen = {"short": short_english, "long_form": list(long.values())}
         ceilings = {
             kind: [
-                request_ceiling(alone[r["clip"]], costs[kind]["decode_ceiling"])
-                for r in mine
-                if r["long_form"] == (kind == "long_form") and (kind == "long_form" or r in short_english)
+                request_ceiling(alone[r["clip"]], costs[kind]["decode_ceiling"]) if r["drafted"] else 1.0
+                for r in chosen[kind]
             ]
             for kind in costs
             if costs[kind]
@@ -312,8 +314,9 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             "long_form_vs_faster_whisper": against,
             "acceptance_by_language": acceptance,
             "drafting_costs": {kind: figures for kind, figures in costs.items() if figures},
-            # whole requests with every token accepted, at these costs: the median over the short English
-            # clips and over the long-form ones (`request_ceiling`); None where no such clip was drafted
+            # whole requests with every token accepted, at these costs (the short clips' pooled over every
+            # language drafted): the median over the short English clips and over the long-form ones
+            # (`request_ceiling`); None where no clip of that length was drafted
             "ceiling_ratio": {
                 "short_english": statistics.median(ceilings["short"]) if ceilings.get("short") else None,
                 "long_form": statistics.median(ceilings["long_form"]) if ceilings.get("long_form") else None,
@@ -324,7 +327,7 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
 
 def request_ceiling(alone: dict, decode_ceiling: float) -> float:
     """How many times faster than the target alone a whole request could be with every drafted token
-    accepted: its audio, features and encoder as they are (the same both ways), its decode decode_ceiling
+    accepted: its audio, features and encoder as they are (the same both ways), its decode `decode_ceiling`
     times as fast; alone: the target alone's row for the clip."""
     total, decode = alone["median_seconds"], alone["decode_seconds"]
     return total / (total - decode + decode / decode_ceiling)

@@ -9,9 +9,12 @@ Debian's `flight-of-the-amazon-queen`, free to redistribute with its readme) hol
 English dialogue, about 6,600 lines spoken by its cast, as MP3 at 11,025 Hz inside its data file
 `queen.1c`. This script fetches the package (`apt-get download`, into OUT/cache), reads the file's table of
 entries and writes each line of dialogue (or N of them, drawn with the seed) as OUT/en/NAME.wav at its own
-rate (reading it for training resamples it); the folder's name tells `specdec distill` the language.
+rate (reading it for training resamples it); the folder's name tells `specdec distill` the language. A line
+the game stores twice (34 of them, under two names) is written once.
 
-queen.1c begins with "QTBL", a 6-byte version, 2 bytes unused, the codec of its sounds (1: MP3) and the
+Needs Debian's `apt-get` (with its package lists: `apt-get update`) and `dpkg-deb`; the package is in main.
+
+queen.1c begins with "QTBL", a 6-byte version, a floppy and a demo flag, the codec of its sounds (1: MP3), the
 number of entries (16 bits, big-endian); then 21 bytes per entry: a name (12 bytes, zero-padded), a bundle
 number, and the entry's offset from the file's start and its size (32 bits each, big-endian). The speech
 is in the entries named *.SB, beside the sound effects, named by a number, maybe a letter, and "S" up to
@@ -21,6 +24,7 @@ eight characters (116BSSSS).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import random
 import re
@@ -44,16 +48,19 @@ def data_file(cache: Path) -> Path:
     unpacked = cache / "package"
     if not (unpacked / DATA_FILE).is_file():
         cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["apt-get", "download", PACKAGE], cwd=cache, check=True)
-        package = sorted(cache.glob(f"{PACKAGE}_*.deb"))[-1]
-        subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
+        try:
+            subprocess.run(["apt-get", "download", PACKAGE], cwd=cache, check=True)
+            package = sorted(cache.glob(f"{PACKAGE}_*.deb"))[-1]
+            subprocess.run(["dpkg-deb", "-x", str(package), str(unpacked)], check=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            sys.exit(f"could not fetch Debian's {PACKAGE} (needs apt-get, dpkg-deb, apt-get update): {error}")
     return unpacked / DATA_FILE
 
 
 def dialogue_entries(data: bytes) -> dict[str, tuple[int, int]]:
     """Each line of dialogue's name -> (offset, size) in the data file."""
     if data[:4] != b"QTBL" or data[12] != MP3:
-        raise ValueError("not the CD version's queen.1c with MP3 sounds")
+        raise ValueError("not a queen.1c with its sounds in MP3")
     (count,) = struct.unpack_from(">H", data, 13)
     entries = {}
     for index in range(count):
@@ -71,9 +78,14 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=None, help="how many lines to write (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="which lines, with --lines")
     args = parser.parse_args()
+    if args.lines is not None and args.lines < 1:
+        parser.error("--lines must be at least 1")
     data = data_file(args.out / "cache").read_bytes()
     entries = dialogue_entries(data)
-    names = sorted(entries)
+    first_named = {}  # each recording's bytes -> the first name it is stored under
+    for name, (offset, size) in sorted(entries.items()):
+        first_named.setdefault(hashlib.sha256(data[offset : offset + size]).digest(), name)
+    names = sorted(first_named.values())
     if args.lines is not None:
         names = sorted(random.Random(args.seed).sample(names, min(args.lines, len(names))))
     folder = args.out / "en"

@@ -15,7 +15,7 @@ import pytest
 import soundfile
 
 from benchmarks.__main__ import main
-from benchmarks.e2e import E2eBenchOptions, clips, request_ceiling
+from benchmarks.e2e import TARGET_ALONE, E2eBenchOptions, clips, request_ceiling, summary
 from specdec.audio import SAMPLE_RATE
 
 
@@ -49,6 +49,40 @@ def test_a_requests_ceiling_speeds_up_only_its_decode():
     assert request_ceiling(alone, 3.0) == pytest.approx(1 / 0.6)
     assert request_ceiling(alone, 1.0) == pytest.approx(1.0)
     assert request_ceiling(alone, 1e9) < 1 / 0.4
+
+
+def _row(clip: str, configuration: str, language: str, long: bool, seconds: float, drafted: int) -> dict:
+    """A made-up row of the report: a request of `seconds`, half of it decoding; 10 target passes alone,
+    4 with a draft that drafted `drafted` tokens."""
+    alone = configuration == TARGET_ALONE
+    return {
+        "clip": clip, "configuration": configuration, "draft": None if alone else "d",
+        "clip_language": language, "long_form": long, "ratio": 1.0, "median_seconds": seconds,
+        "decode_seconds": seconds / 2, "draft_seconds": 0.0 if alone else 0.01 * drafted,
+        "verify_seconds": 0.1 if alone else 0.05, "target_passes": 10 if alone or not drafted else 4,
+        "drafted": 0 if alone else drafted, "accepted": 0 if alone else drafted // 2,
+    }  # fmt: skip
+
+
+def test_the_ceilings_take_short_english_and_long_clips_and_count_an_undrafted_one_as_the_target_alone():
+    clips_ = [("en-a", "en", False, 1.0, 8), ("en-b", "en", False, 1.0, 0), ("de-a", "de", False, 2.0, 6)]
+    clips_ += [("long", "en", True, 4.0, 30)]
+    rows = [_row(c, TARGET_ALONE, lang, long, s, 0) for c, lang, long, s, _ in clips_]
+    rows += [_row(c, "draft d", lang, long, s, n) for c, lang, long, s, n in clips_]
+    found = summary(rows, ["d"])["d"]
+    alone = {row["clip"]: row for row in rows if row["configuration"] == TARGET_ALONE}
+    short, long = (found["drafting_costs"][kind]["decode_ceiling"] for kind in ("short", "long_form"))
+    # short English: en-a at the short clips' ceiling (costs pooled with de-a), en-b undrafted at 1.0
+    assert found["ceiling_ratio"]["short_english"] == pytest.approx(
+        (request_ceiling(alone["en-a"], short) + 1) / 2
+    )
+    assert found["ceiling_ratio"]["long_form"] == pytest.approx(request_ceiling(alone["long"], long))
+    # a draft that ran on no English clip and no long one: the target alone's 1.0 there, no long-form bound
+    german_only = [row for row in rows if row["clip"] != "long"]
+    for row in german_only:
+        if row["draft"] and row["clip_language"] == "en":
+            row.update(drafted=0, accepted=0, target_passes=10)
+    assert summary(german_only, ["d"])["d"]["ceiling_ratio"] == {"short_english": 1.0, "long_form": None}
 
 
 @pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it
