@@ -1,6 +1,6 @@
 """Recorded English speech to train a self-draft on, from a Debian package: a game's voice acting.
 
-    python scripts/get_game_speech.py OUT [--lines N] [--seed S]
+    python scripts/get_game_speech.py OUT [--lines N] [--seed S] [--min-seconds T]
 
 A self-draft learns from audio its target reads, no transcripts needed (`specdec distill`), and what it
 learns from synthetic voices (espeak-ng, Festival) carries over poorly to people speaking
@@ -8,9 +8,11 @@ learns from synthetic voices (espeak-ng, Festival) carries over poorly to people
 Debian's `flight-of-the-amazon-queen`, free to redistribute with its readme) holds 4.5 hours of recorded
 English dialogue, about 6,600 lines spoken by its cast, as MP3 at 11,025 Hz inside its data file
 `queen.1c`. This script fetches the package (`apt-get download`, into OUT/cache), reads the file's table of
-entries and writes each line of dialogue (or N of them, drawn with the seed) as OUT/en/NAME.wav at its own
-rate (reading it for training resamples it); the folder's name tells `specdec distill` the language. A line
-the game stores twice (34 of them, under two names) is written once.
+entries and writes each line of dialogue (or N of them, drawn with the seed, of those at least T seconds
+long) as OUT/en/NAME.wav at its own rate (reading it for training resamples it); the folder's name tells
+`specdec distill` the language. A line the game stores twice (34 of them, under two names) is written once.
+For measuring rather than training: `--lines 12 --min-seconds 3.5` gives sentences of the length a user
+records (docs/benchmarks.md).
 
 Needs Debian's `apt-get` (with its package lists: `apt-get update`) and `dpkg-deb`; the package is in main.
 
@@ -33,6 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import soundfile
 
 PACKAGE = "flight-of-the-amazon-queen"
@@ -72,11 +75,22 @@ def dialogue_entries(data: bytes) -> dict[str, tuple[int, int]]:
     return entries
 
 
+def decoded(data: bytes, entry: tuple[int, int]) -> tuple[np.ndarray, int]:
+    """An entry's audio (samples, or (samples, channels)) and its sample rate."""
+    offset, size = entry
+    return soundfile.read(io.BytesIO(data[offset : offset + size]), dtype="float32")
+
+
+def _seconds(audio: np.ndarray, rate: int) -> float:
+    return len(audio) / rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--lines", type=int, default=None, help="how many lines to write (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="which lines, with --lines")
+    parser.add_argument("--min-seconds", type=float, default=0.0, help="only lines at least this long")
     args = parser.parse_args()
     if args.lines is not None and args.lines < 1:
         parser.error("--lines must be at least 1")
@@ -86,16 +100,17 @@ def main() -> None:
     for name, (offset, size) in sorted(entries.items()):
         first_named.setdefault(hashlib.sha256(data[offset : offset + size]).digest(), name)
     names = sorted(first_named.values())
+    if args.min_seconds:  # an MP3 entry's length is known once it is decoded
+        names = [name for name in names if _seconds(*decoded(data, entries[name])) >= args.min_seconds]
     if args.lines is not None:
         names = sorted(random.Random(args.seed).sample(names, min(args.lines, len(names))))
     folder = args.out / "en"
     folder.mkdir(parents=True, exist_ok=True)
     seconds = 0.0
     for name in names:
-        offset, size = entries[name]
-        audio, rate = soundfile.read(io.BytesIO(data[offset : offset + size]), dtype="float32")
+        audio, rate = decoded(data, entries[name])
         soundfile.write(folder / f"{name}.wav", audio, rate, subtype="PCM_16")
-        seconds += len(audio) / rate
+        seconds += _seconds(audio, rate)
     print(f"{len(names)} lines of dialogue, {seconds / 3600:.1f} hours, in {folder}", file=sys.stderr)
 
 
