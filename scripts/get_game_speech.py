@@ -16,11 +16,11 @@ records (docs/benchmarks.md).
 
 Needs Debian's `apt-get` (with its package lists: `apt-get update`) and `dpkg-deb`; the package is in main.
 
-queen.1c begins with "QTBL", a 6-byte version, a floppy and a demo flag, the codec of its sounds (1: MP3), the
-number of entries (16 bits, big-endian); then 21 bytes per entry: a name (12 bytes, zero-padded), a bundle
-number, and the entry's offset from the file's start and its size (32 bits each, big-endian). The speech
-is in the entries named *.SB, beside the sound effects, named by a number, maybe a letter, and "S" up to
-eight characters (116BSSSS).
+queen.1c begins with "QTBL", a 6-byte version, a floppy and a demo flag, the codec of its sounds (1: MP3),
+the number of entries (16 bits, big-endian); then 21 bytes per entry: a name (12 bytes, zero-padded), a
+bundle number, and the entry's offset from the file's start and its size (32 bits each, big-endian). The
+speech is in the entries named *.SB, beside the sound effects, named by a number, maybe a letter, and "S"
+up to eight characters (116BSSSS).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def main() -> None:
         audio, rate = decoded(data, entries[name])
         soundfile.write(folder / f"{name}.wav", audio, rate, subtype="PCM_16")
         seconds += _seconds(audio, rate)
-    print(f"{len(names)} lines of dialogue, {seconds / 3600:.1f} hours, in {folder}", file=sys.stderr)
+    print(f"{len(names)} lines of dialogue, {seconds / 60:.1f} minutes, in {folder}", file=sys.stderr)
 
 
 if __name__ == "__main__":
