@@ -220,7 +220,7 @@ class AudioContextEncoder(nn.Module):
 def _tuned_model(
     model: WhisperForConditionalGeneration,
     settings: DraftSettings,
-    vocabulary: VocabularyMap | None,
+    vocabulary: VocabularyMap,  # a pair with a draft always has one
     int8_encoder: bool,
 ) -> WhisperForConditionalGeneration:
     """A copy of the draft with its own decoder layers and projection, and its own int8 encoder if
