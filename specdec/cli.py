@@ -41,7 +41,7 @@ from specdec.options import (  # noqa: E402
     TranscribeOptions,
 )
 from specdec.subtitles import FORMATS  # noqa: E402
-from specdec.trace import DecodeResult, Step  # noqa: E402
+from specdec.trace import DecodeResult, Step, speedup_bound  # noqa: E402
 
 if TYPE_CHECKING:
     from specdec.api import SpeculativeWhisper, Transcription
@@ -479,9 +479,12 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
     if baseline is not None:
         identical = "identical" if baseline.token_ids == speculative.token_ids else "DIFFERENT"
         speedup = baseline.result.total_seconds / max(result.total_seconds, 1e-9)
+        bound = speedup_bound(baseline.result, result)
+        at_most = "" if bound is None else f" (at most {bound:.2f}x with a decode taking no time)"
         lines.append(
             f"  baseline:    {baseline.result.total_seconds:.2f} s, "
-            f"{baseline.result.num_target_passes} target passes; speedup {speedup:.2f}x; output {identical}"
+            f"{baseline.result.num_target_passes} target passes; speedup {speedup:.2f}x{at_most}; "
+            f"output {identical}"
         )
     return "\n".join(lines)
 

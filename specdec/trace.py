@@ -209,3 +209,11 @@ class DecodeResult:
     def to_dict(self) -> dict:
         """JSON-ready: the recorded data plus the derived statistics."""
         return {**asdict(self), "stats": self.stats()}
+
+
+def speedup_bound(baseline: DecodeResult, speculative: DecodeResult) -> float | None:
+    """The end-to-end speedup over the target alone that a decode taking no time would give: the target
+    alone's seconds over the speculative run's encoder seconds, which no draft can save (Amdahl's law);
+    None where the speculative run encoded nothing."""
+    encoders = speculative.encoder_seconds
+    return baseline.total_seconds / encoders if encoders > 0 else None

@@ -14,7 +14,17 @@ from specdec.app import store as stores
 from specdec.app.views import Comparison, verdict
 from specdec.engine.fast_draft import CPU_DRAFT, default_settings
 from specdec.options import DecodeOptions
-from specdec.trace import ACCEPTED, CORRECTED, DRAFT_MODEL, DecodeResult, Encoding, Pass, Step, TokenRecord
+from specdec.trace import (
+    ACCEPTED,
+    CORRECTED,
+    DRAFT_MODEL,
+    DecodeResult,
+    Encoding,
+    Pass,
+    Step,
+    TokenRecord,
+    speedup_bound,
+)
 from specdec.wer import alignment_html, word_errors
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -292,3 +302,26 @@ def test_translation_is_scored_with_the_english_normaliser(view):
         options = DecodeOptions(language="de", task=task)
         scored = dataclasses.replace(comparison, baseline=baseline, speculative=speculative, options=options)
         assert views.wer_html("The colour.", scored).count(expected) == 2
+
+
+def test_the_badge_says_how_far_end_to_end_could_go(view):
+    """The bound a free decode would give: the target alone's seconds over the speculative run's encoders,
+    never below what the run measured (its decode took some time)."""
+    comparison = view.comparison
+    bound = comparison.total_speedup_bound
+    assert bound == comparison.baseline.result.total_seconds / comparison.speculative.result.encoder_seconds
+    assert bound > comparison.total_speedup
+    assert f"at most {bound:.2f}x" in view.verdict_html
+    row = next(row for row in view.metrics if "no time" in row[0])
+    assert row[1:] == ["–", f"{bound:.2f}x"]
+
+
+def test_the_bound_counts_the_draft_encoder_and_needs_one():
+    def result(total: float, encodings: tuple[Encoding, ...]) -> DecodeResult:
+        return DecodeResult((), (), "en", (), (), (), encodings, total)
+
+    baseline = result(0.6, (Encoding(0, "target", 1, 0.4),))
+    with_draft_encoder = result(0.5, (Encoding(0, "target", 1, 0.4), Encoding(1, "draft", 1, 0.1)))
+    assert speedup_bound(baseline, baseline) == pytest.approx(1.5)
+    assert speedup_bound(baseline, with_draft_encoder) == pytest.approx(1.2)
+    assert speedup_bound(baseline, result(0.0, ())) is None

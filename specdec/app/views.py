@@ -14,7 +14,7 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import highlight, plots
 from specdec.app.store import draft_note
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult
+from specdec.trace import DecodeResult, speedup_bound
 from specdec.whisper.tokens import timestamp_begin
 
 NO_SPEECH = "No speech detected"  # in place of the transcript when every window was judged silence
@@ -42,6 +42,11 @@ class Comparison:
     @property
     def total_speedup(self) -> float:
         return ratio(self.baseline.result.total_seconds, self.speculative.result.total_seconds)
+
+    @property
+    def total_speedup_bound(self) -> float | None:
+        """The end-to-end speedup a decode taking no time would give (`trace.speedup_bound`)."""
+        return speedup_bound(self.baseline.result, self.speculative.result)
 
 
 @dataclass(frozen=True)
@@ -118,9 +123,24 @@ def verdict_html(comparison: Comparison, note: str = "") -> str:
         )
     )
     note = f'<br><small class="specdec-note">ℹ️ {html.escape(note)}</small>' if note else ""
+    bound = bound_line(comparison)
+    bound = f'<br><small class="specdec-bound">{html.escape(bound)}</small>' if bound else ""
     return (
         f'<div class="specdec-verdict" style="border:2px solid {border};color:{colour};border-radius:8px;'
-        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small>{note}</div>'
+        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small>{bound}{note}</div>'
+    )
+
+
+def bound_line(comparison: Comparison) -> str:
+    """Why the end-to-end ratio stays below the decode's: the encoders, paid both ways, bound it."""
+    bound = comparison.total_speedup_bound
+    if bound is None:
+        return ""
+    speculative, baseline = comparison.speculative.result, comparison.baseline.result
+    encoders = "encoders" if any(e.model == "draft" for e in speculative.encodings) else "encoder"
+    return (
+        f"End to end at most {bound:.2f}x, even with a decode taking no time: the {encoders} took "
+        f"{speculative.encoder_seconds:.2f} s of the target alone's {baseline.total_seconds:.2f} s."
     )
 
 
@@ -198,6 +218,11 @@ def metrics_rows(comparison: Comparison) -> list[list[str]]:
         ["speedup, end to end (encoders + decode)", "1.00x", f"{comparison.total_speedup:.2f}x"],
         ["speedup, decode only", "1.00x", f"{comparison.decode_speedup:.2f}x"],
         [
+            "speedup, end to end, if decoding took no time (the bound)",
+            "–",
+            _times(comparison.total_speedup_bound),
+        ],
+        [
             "acceptance rate",
             "–",
             "–" if rate is None else f"{rate:.0%} ({speculative.num_accepted}/{speculative.num_drafted})",
@@ -238,6 +263,10 @@ def details(view: CompareView) -> dict:
         "windows": windows(comparison.speculative.result),
         "tokens": highlight.highlighted_pairs(view.spans),
     }
+
+
+def _times(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}x"
 
 
 def ratio(numerator: float, denominator: float) -> float:
