@@ -1,7 +1,7 @@
 """Screenshots of a running app for the README and docs: the Compare view on a clip (with timestamps, so the
 subtitle downloads show), and the Live view fed by Chromium's fake microphone with noise before and
 after the speech (the VAD's noise bands). Uses the system Chromium (Debian's `chromium`) through
-Playwright.
+Playwright; Debian's `fonts-noto-color-emoji` draws the badges' emoji.
 
     python app.py &                                   # the real pair on a CPU
     python scripts/screenshots.py http://127.0.0.1:7860/ docs/images
