@@ -22,6 +22,7 @@ wait as the runtime does by default (not passively, as the other benchmarks make
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import statistics
 import tempfile
@@ -325,6 +326,19 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
     return found
 
 
+def free_decode_bound(rows: list[dict]) -> dict[str, float | None]:
+    """What no draft can pass, whatever it costs and however often it is right: whole requests with a decode
+    taking no time (audio, features and encoder as the target alone's), the median over the short clips
+    heard as English and over the long-form ones; None where there were none."""
+    alone = [r for r in rows if r["configuration"] == TARGET_ALONE]
+    short = [request_ceiling(r, math.inf) for r in alone if r["clip_language"] == "en" and not r["long_form"]]
+    long = [request_ceiling(r, math.inf) for r in alone if r["long_form"]]
+    return {
+        "short_english": statistics.median(short) if short else None,
+        "long_form": statistics.median(long) if long else None,
+    }
+
+
 def request_ceiling(alone: dict, decode_ceiling: float) -> float:
     """How many times faster than the target alone a whole request could be with every drafted token
     accepted: its audio, features and encoder as they are (the same both ways), its decode `decode_ceiling`
@@ -480,6 +494,12 @@ def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
     print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n")
     print(table(rows, configs), "\n")
     print("\n".join(summary_lines(found)))
+    bound = free_decode_bound(rows)
+    print(
+        "any draft, even a free one always right: a whole request at most short English median "
+        + " / long-form ".join("-" if v is None else f"{v:.2f}x" for v in bound.values())
+        + " (a decode taking no time; the encoder as it is)"
+    )
     identical = all(row["identical"] is not False for row in rows)
     print(
         "\nevery speculative output equals the target alone's" if identical else "\n!!! SOME OUTPUTS DIFFER"
@@ -490,6 +510,7 @@ def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
         "faster_whisper": note,
         "rows": rows,
         "summary": found,
+        "free_decode_bound": bound,  # `free_decode_bound`: the same for every draft
         "identical": identical,
         "wall_seconds": time.perf_counter() - started,
     }

@@ -15,7 +15,14 @@ import pytest
 import soundfile
 
 from benchmarks.__main__ import main
-from benchmarks.e2e import TARGET_ALONE, E2eBenchOptions, clips, request_ceiling, summary
+from benchmarks.e2e import (
+    TARGET_ALONE,
+    E2eBenchOptions,
+    clips,
+    free_decode_bound,
+    request_ceiling,
+    summary,
+)
 from specdec.audio import SAMPLE_RATE
 
 
@@ -85,6 +92,16 @@ def test_the_ceilings_take_short_english_and_long_clips_and_count_an_undrafted_o
     assert summary(german_only, ["d"])["d"]["ceiling_ratio"] == {"short_english": 1.0, "long_form": None}
 
 
+def test_the_bound_of_a_free_decode_is_the_target_alones_encoder_share():
+    clips_ = [("en-a", "en", False, 1.0), ("en-b", "en", False, 3.0), ("de-a", "de", False, 2.0)]
+    rows = [_row(c, TARGET_ALONE, lang, long, s, 0) for c, lang, long, s in clips_]
+    rows += [_row(c, "draft d", lang, long, s / 2, 4) for c, lang, long, s in clips_]
+    # half of every request alone decodes: 2x on each English clip, whatever the draft measured
+    assert free_decode_bound(rows) == {"short_english": pytest.approx(2.0), "long_form": None}
+    rows += [_row("long", TARGET_ALONE, "en", True, 4.0, 0) | {"decode_seconds": 3.0}]
+    assert free_decode_bound(rows)["long_form"] == pytest.approx(4.0)
+
+
 @pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it
 def test_report_on_demo_models(demo_models, tmp_path):
     clip = tmp_path / "noise.wav"
@@ -108,6 +125,10 @@ def test_report_on_demo_models(demo_models, tmp_path):
     costs = report["summary"][draft]["drafting_costs"]  # figures, never asserted: only that they are there
     assert list(costs) == ["short"] and {"draft", "verify", "decode_ceiling"} <= set(costs["short"])
     assert report["summary"][draft]["ceiling_ratio"]["long_form"] is None
+    bound = report[
+        "free_decode_bound"
+    ]  # the noise may be heard in any language: only the long-form one is sure
+    assert set(bound) == {"short_english", "long_form"} and bound["long_form"] is None
     assert report["identical"] and out.with_suffix(".html").exists()
 
 
