@@ -47,12 +47,15 @@ class Pass:
     verify_seconds: float  # the target pass over every row's pending tokens and proposal
 
 
+TARGET_ENCODER, DRAFT_ENCODER = "target", "draft"  # whose encoder an `Encoding` ran
+
+
 @dataclass(frozen=True)
 class Encoding:
     """One batched encoder call, shared by the windows encoded in it."""
 
     index: int  # in order over the whole decoding
-    model: str  # "target" or "draft"
+    model: str  # TARGET_ENCODER or DRAFT_ENCODER
     windows: int  # windows encoded together
     seconds: float
 
@@ -212,8 +215,8 @@ class DecodeResult:
 
 
 def speedup_bound(baseline: DecodeResult, speculative: DecodeResult) -> float | None:
-    """The end-to-end speedup over the target alone that a decode taking no time would give: the target
-    alone's seconds over the speculative run's encoder seconds, which no draft can save (Amdahl's law);
-    None where the speculative run encoded nothing."""
+    """The end-to-end speedup over the target alone that a decode taking no time would give (Amdahl's law):
+    the target alone's seconds over what the speculative run spent outside its decoding, its encoders and
+    any word alignment; None where the speculative run encoded nothing."""
     encoders = speculative.encoder_seconds
-    return baseline.total_seconds / encoders if encoders > 0 else None
+    return baseline.total_seconds / (encoders + speculative.alignment_seconds) if encoders > 0 else None

@@ -93,13 +93,18 @@ def test_the_ceilings_take_short_english_and_long_clips_and_count_an_undrafted_o
 
 
 def test_the_bound_of_a_free_decode_is_the_target_alones_encoder_share():
-    clips_ = [("en-a", "en", False, 1.0), ("en-b", "en", False, 3.0), ("de-a", "de", False, 2.0)]
-    rows = [_row(c, TARGET_ALONE, lang, long, s, 0) for c, lang, long, s in clips_]
-    rows += [_row(c, "draft d", lang, long, s / 2, 4) for c, lang, long, s in clips_]
-    # half of every request alone decodes: 2x on each English clip, whatever the draft measured
-    assert free_decode_bound(rows) == {"short_english": pytest.approx(2.0), "long_form": None}
+    """The median over the target alone's short clips heard as English, and apart from it over the long-form
+    ones; another language's clips and the drafts' rows do not count."""
+    shares = {"en-a": 0.5, "en-b": 0.75, "en-c": 0.8, "de-a": 0.9}  # of each request alone, its decode
+    rows = []
+    for clip, share in shares.items():
+        language = clip[:2]
+        alone = _row(clip, TARGET_ALONE, language, False, 1.0, 0) | {"decode_seconds": share}
+        rows += [alone, _row(clip, "draft d", language, False, 0.5, 4) | {"decode_seconds": 0.45}]
+    # 1 / (1 - share): 2x, 4x, 5x for English; German's 10x and the drafts' rows left out
+    assert free_decode_bound(rows) == {"short_english": pytest.approx(4.0), "long_form": None}
     rows += [_row("long", TARGET_ALONE, "en", True, 4.0, 0) | {"decode_seconds": 3.0}]
-    assert free_decode_bound(rows)["long_form"] == pytest.approx(4.0)
+    assert free_decode_bound(rows) == {"short_english": pytest.approx(4.0), "long_form": pytest.approx(4.0)}
 
 
 @pytest.mark.slow  # a benchmark smoke test (two models loaded, warmed up, two rounds): CI runs it

@@ -14,7 +14,7 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import highlight, plots
 from specdec.app.store import draft_note
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult, speedup_bound
+from specdec.trace import DRAFT_ENCODER, DecodeResult, speedup_bound
 from specdec.whisper.tokens import timestamp_begin
 
 NO_SPEECH = "No speech detected"  # in place of the transcript when every window was judged silence
@@ -132,15 +132,20 @@ def verdict_html(comparison: Comparison, note: str = "") -> str:
 
 
 def bound_line(comparison: Comparison) -> str:
-    """Why the end-to-end ratio stays below the decode's: the encoders, paid both ways, bound it."""
+    """Why the end-to-end ratio stays below the decode's: what the speculative run spent outside its
+    decoding (its encoders, a draft's own included, and any word alignment) bounds it."""
     bound = comparison.total_speedup_bound
     if bound is None:
         return ""
     speculative, baseline = comparison.speculative.result, comparison.baseline.result
-    encoders = "encoders" if any(e.model == "draft" for e in speculative.encodings) else "encoder"
+    own_encoder = any(encoding.model == DRAFT_ENCODER for encoding in speculative.encodings)
+    encoders = "target's and draft's encoders" if own_encoder else "encoder"
+    aligned = " and word alignment" if speculative.alignment_seconds else ""
+    spent = speculative.encoder_seconds + speculative.alignment_seconds
     return (
-        f"End to end at most {bound:.2f}x, even with a decode taking no time: the {encoders} took "
-        f"{speculative.encoder_seconds:.2f} s of the target alone's {baseline.total_seconds:.2f} s."
+        f"End to end at most {bound:.2f}x, even with a decode taking no time: the speculative run's "
+        f"{encoders}{aligned} took {spent:.2f} s; the target alone took {baseline.total_seconds:.2f} s "
+        "in all."
     )
 
 
@@ -220,7 +225,7 @@ def metrics_rows(comparison: Comparison) -> list[list[str]]:
         [
             "speedup, end to end, if decoding took no time (the bound)",
             "–",
-            _times(comparison.total_speedup_bound),
+            _speedup_text(comparison.total_speedup_bound),
         ],
         [
             "acceptance rate",
@@ -265,7 +270,7 @@ def details(view: CompareView) -> dict:
     }
 
 
-def _times(value: float | None) -> str:
+def _speedup_text(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}x"
 
 

@@ -28,7 +28,7 @@ from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.loop import Batch
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult
+from specdec.trace import DRAFT_ENCODER, TARGET_ENCODER, DecodeResult
 from specdec.whisper import word_times
 from specdec.whisper.features import PairFeatures, encode, window_features
 from specdec.whisper.models import DraftKind, ModelPair
@@ -167,7 +167,7 @@ class WindowBatch:
         cancel.check()  # and before each join (encoders included)
         target = self.pair.target.model
         hidden = _encode(
-            self.encoder, target, [c.features.target for c in clips], clips, "target", self.clock
+            self.encoder, target, [c.features.target for c in clips], clips, TARGET_ENCODER, self.clock
         )
         config = target.generation_config
         detect = _set_given_languages(config, clips)  # before the target's cache grows: may raise
@@ -249,7 +249,7 @@ class WindowBatch:
         if drafting:
             features = [clips[i].features.draft for i in drafting]
             draft_hidden[drafting] = pooled_states(_encode(
-                self.encoder, self.pair.draft.model, features, [clips[i] for i in drafting], "draft",
+                self.encoder, self.pair.draft.model, features, [clips[i] for i in drafting], DRAFT_ENCODER,
                 self.clock, self._draft_frames,
             ), pooling)  # fmt: skip
         return draft_hidden, prompts
