@@ -40,6 +40,7 @@ from specdec.engine.cache import CachedDecoder
 from specdec.engine.fast_draft import CPU_DRAFT, draft_frames, pooled_states, tune_draft
 from specdec.engine.lean_decoder import LeanDecoder
 from specdec.options import TranscribeOptions
+from specdec.trace import DRAFT_ENCODER, TARGET_ENCODER
 from specdec.whisper.features import encode, features
 from specdec.whisper.models import SELF_DRAFT, DraftSettings, load_self_draft, make_pair
 from specdec.whisper.tokens import WINDOW_FRAMES
@@ -245,8 +246,8 @@ def _stats(result) -> dict:
     first, steady = result.passes[0], result.passes[1:]
     steady_steps = result.steps[1:]
     return {
-        "target_encoder": sum(e.seconds for e in result.encodings if e.model == "target"),
-        "draft_encoder": sum(e.seconds for e in result.encodings if e.model == "draft"),
+        "target_encoder": sum(e.seconds for e in result.encodings if e.model == TARGET_ENCODER),
+        "draft_encoder": sum(e.seconds for e in result.encodings if e.model == DRAFT_ENCODER),
         "decode": result.decode_seconds,
         "first_pass": first.draft_seconds + first.verify_seconds,
         "steady": sum(p.draft_seconds + p.verify_seconds for p in steady),

@@ -402,35 +402,46 @@ def table(rows: list[dict], configs: list[Config]) -> str:
     return "\n".join(lines) + f"\n({notes})"
 
 
-def summary_lines(found: dict[str, dict]) -> list[str]:
-    def x(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}x"
+def _times(value: float | None) -> str:
+    """A ratio as the summary prints it ("-": none)."""
+    return "-" if value is None else f"{value:.2f}x"
 
+
+def free_decode_line(bound: dict[str, float | None]) -> str:
+    """`free_decode_bound`'s figures, as the summary prints them."""
+    return (
+        f"any draft, even a free one always right: a whole request at most short English median "
+        f"{_times(bound['short_english'])} / long-form {_times(bound['long_form'])} (a decode taking no "
+        "time; the encoder as it is)"
+    )
+
+
+def summary_lines(found: dict[str, dict]) -> list[str]:
     lines = []
     for draft, figures in found.items():
-        against = ", ".join(f"{t} {x(v)}" for t, v in figures["long_form_vs_faster_whisper"].items())
+        against = ", ".join(f"{t} {_times(v)}" for t, v in figures["long_form_vs_faster_whisper"].items())
         acceptance = ", ".join(
             f"{language} {'(no drafts)' if rate is None else f'{rate:.2f}'}"
             for language, rate in figures["acceptance_by_language"].items()
         )
         lines.append(
-            f"{draft}: short English median {x(figures['short_english_median_ratio'])} (decode only "
-            f"{x(figures['short_english_decode_ratio'])}), non-English min "
-            f"{x(figures['non_english_min_ratio'])}, long-form {x(figures['long_form_ratio'])}"
+            f"{draft}: short English median {_times(figures['short_english_median_ratio'])} (decode only "
+            f"{_times(figures['short_english_decode_ratio'])}), non-English min "
+            f"{_times(figures['non_english_min_ratio'])}, long-form {_times(figures['long_form_ratio'])}"
             f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
         )
         ceiling = figures["ceiling_ratio"]
         if ceiling["short_english"] or ceiling["long_form"]:
             lines.append(
                 f"  with every token accepted, at the costs below, a whole request would be at most: short "
-                f"English median {x(ceiling['short_english'])}, long-form {x(ceiling['long_form'])}"
+                f"English median {_times(ceiling['short_english'])}, long-form {_times(ceiling['long_form'])}"
             )
         for kind, costs in figures["drafting_costs"].items():
             lines.append(
                 f"  {kind.replace('_', '-')} clips: a drafted token costs {costs['draft']:.2f} (draft) + "
                 f"{costs['verify']:.2f} (verify) of a target pass ({1e3 * costs['target_pass_seconds']:.1f} "
                 f"ms): pays above acceptance {costs['break_even_acceptance']:.2f}; decode at most "
-                f"{x(costs['decode_ceiling'])} with every token accepted"
+                f"{_times(costs['decode_ceiling'])} with every token accepted"
             )
     return lines
 
@@ -495,11 +506,7 @@ def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
     print(table(rows, configs), "\n")
     print("\n".join(summary_lines(found)))
     bound = free_decode_bound(rows)
-    print(
-        "any draft, even a free one always right: a whole request at most short English median "
-        + " / long-form ".join("-" if v is None else f"{v:.2f}x" for v in bound.values())
-        + " (a decode taking no time; the encoder as it is)"
-    )
+    print(free_decode_line(bound))
     identical = all(row["identical"] is not False for row in rows)
     print(
         "\nevery speculative output equals the target alone's" if identical else "\n!!! SOME OUTPUTS DIFFER"

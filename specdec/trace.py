@@ -179,6 +179,11 @@ class DecodeResult:
         return self.total_seconds - self.encoder_seconds
 
     @property
+    def encoder_and_alignment_seconds(self) -> float:
+        """What no draft shortens: its encoders and any word alignment."""
+        return self.encoder_seconds + self.alignment_seconds
+
+    @property
     def draft_seconds(self) -> float:
         return sum(p.draft_seconds for p in self.passes)
 
@@ -216,7 +221,8 @@ class DecodeResult:
 
 def speedup_bound(baseline: DecodeResult, speculative: DecodeResult) -> float | None:
     """The end-to-end speedup over the target alone that a decode taking no time would give (Amdahl's law):
-    the target alone's seconds over what the speculative run spent outside its decoding, its encoders and
-    any word alignment; None where the speculative run encoded nothing."""
-    encoders = speculative.encoder_seconds
-    return baseline.total_seconds / (encoders + speculative.alignment_seconds) if encoders > 0 else None
+    the target alone's seconds over the speculative run's `encoder_and_alignment_seconds`; None where the
+    speculative run encoded nothing."""
+    if speculative.encoder_seconds <= 0:
+        return None
+    return baseline.total_seconds / speculative.encoder_and_alignment_seconds
