@@ -1,6 +1,7 @@
 """`pip install .`: the wheel built from this checkout, installed into a fresh virtual environment and used
-from outside the checkout, as a user would. The environment sees this interpreter's packages (torch and the
-rest are not installed again) and nothing is downloaded: the wheel is built with the setuptools already here.
+from outside the checkout, as a user would. The environment sees the packages of the interpreter running the
+tests (torch and the rest are not installed again), whether that is a virtual environment or the system's, and
+nothing is downloaded: the wheel is built with the setuptools already here.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import email
 import json
 import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -50,6 +52,13 @@ def run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+def environment_site_packages(python: Path) -> Path:
+    """The site-packages folder of the environment whose interpreter is `python`."""
+    asked = run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=python.parent)
+    assert asked.returncode == 0, asked.stderr
+    return Path(asked.stdout.strip())
+
+
 def requirements() -> list[str]:
     lines = (line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines())
     return [line for line in lines if line]
@@ -88,9 +97,13 @@ def test_wheel_declares_requirements_and_command(wheel):
 
 def test_installed_package_works_outside_the_checkout(wheel, tmp_path):
     environment = tmp_path / "venv"
-    venv.create(environment, system_site_packages=True, with_pip=False)
+    venv.create(environment, with_pip=False)
     python = environment / "bin" / "python"
-    # pip (and torch, ...) come from the system's packages; the install goes into the environment
+    # pip (and torch, ...) come from the packages of the interpreter running the tests, after the
+    # environment's own (system_site_packages would give the base interpreter's, not an outer venv's);
+    # the install goes into the environment
+    found_here = environment_site_packages(python)
+    (found_here / "outer-packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     install = run(python, "-m", "pip", "install", "--no-deps", "--no-index", wheel, cwd=tmp_path)
     assert install.returncode == 0, install.stdout + install.stderr
 
