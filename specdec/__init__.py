@@ -1,6 +1,6 @@
 """specdec: lossless speculative decoding for OpenAI Whisper.
 
-The public names are imported on first use, so that `import specdec.acceptance` (pure tensor code)
+The public names are imported on first use, so that `import specdec.engine.acceptance` (pure tensor code)
 does not pay for importing transformers.
 """
 
@@ -12,6 +12,7 @@ _PUBLIC = {
     "SpeculativeWhisper": "specdec.api",
     "Transcription": "specdec.api",
     "DecodeOptions": "specdec.options",
+    "SpeculativeConfig": "specdec.options",
     "TranscribeOptions": "specdec.options",
     "DecodeResult": "specdec.trace",
     "Step": "specdec.trace",

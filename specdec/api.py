@@ -19,7 +19,7 @@ from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
 from specdec.longform.speech import decode_speech
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import DecodeOptions, SpeculativeConfig, TranscribeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper import word_times
 from specdec.whisper.features import pair_features
@@ -57,6 +57,28 @@ class Transcription:
     @property
     def token_ids(self) -> tuple[int, ...]:
         return self.result.token_ids
+
+    @property
+    def stats(self) -> dict:
+        """The decoding's statistics (`DecodeResult.stats`: acceptance, tokens per pass, seconds, ...)."""
+        return self.result.stats()
+
+    @property
+    def lossless(self) -> bool:
+        """The text is the target's own (False: decoded with a lossy acceptance threshold)."""
+        return self.result.lossless
+
+    KEYS = ("audio", "text", "stats", "language", "token_ids", "segments", "words", "lossless")
+
+    def keys(self) -> tuple[str, ...]:
+        """The names a result answers by, as the original design reads it (`result['text']`,
+        `result['stats']['overall_acceptance_rate']`); `dict(result)` is a plain dict of them."""
+        return self.KEYS
+
+    def __getitem__(self, key: str):
+        if key not in self.KEYS:
+            raise KeyError(f"{key!r}: a Transcription has {', '.join(self.KEYS)}")
+        return getattr(self, key)
 
     @property
     def language(self) -> str:
@@ -134,6 +156,7 @@ class SpeculativeWhisper:
         dtype: torch.dtype | None = None,
         packed_kernels: bool = True,
         draft_settings: DraftSettings | None = None,
+        config: SpeculativeConfig | None = None,
     ) -> None:
         """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
         the pair. "auto": whisper-base with its self-draft on a CPU (real weights shipped in packages),
@@ -143,7 +166,10 @@ class SpeculativeWhisper:
         same output; `engine.kernels.pack`, undone by `kernels.unpack(model)`).
         draft_settings: how the draft runs (int8, a restricted vocabulary, reading only the audio, pooled
         encoder frames); never changes the output. None: `fast_draft.CPU_DRAFT` for float32 on a CPU,
-        the plain draft elsewhere; `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`)."""
+        the plain draft elsewhere; `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`).
+        config: the speculation settings every call decodes with unless it says otherwise (gamma,
+        acceptance_threshold, temperature, use_adaptive_gamma); None: exact, greedy, adaptive k."""
+        self.defaults = _defaults(config)
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
         if packed_kernels:
             for model in (self.pair.target, self.pair.draft):
@@ -152,10 +178,11 @@ class SpeculativeWhisper:
         self.pair = tune_draft(self.pair, draft_settings)
 
     @classmethod
-    def from_pair(cls, pair: ModelPair) -> SpeculativeWhisper:
+    def from_pair(cls, pair: ModelPair, config: SpeculativeConfig | None = None) -> SpeculativeWhisper:
         """Wrap an already loaded pair as it is (its models are not packed: see `kernels.pack`)."""
         instance = cls.__new__(cls)
         instance.pair = pair
+        instance.defaults = _defaults(config)
         return instance
 
     def transcribe(
@@ -171,8 +198,9 @@ class SpeculativeWhisper:
         """Transcribe clips: paths, arrays (with sample_rate) or (sample_rate, array) tuples, up to 4 hours.
 
         options: a `TranscribeOptions` (how to decode and run; `DecodeOptions` alone: speculative, the
-        rest as default), with any of its fields given as keywords replacing its own (language="de",
-        timestamps=True, speculative=False, batch_size=8, long_form="chunked", ...).
+        rest as default; None: the `config` given at construction), with any of its fields given as
+        keywords replacing its own (language="de", timestamps=True, speculative=False, batch_size=8,
+        long_form="chunked", max_tokens=200 as max_new_tokens, ...).
         Returns the texts, or with return_stats=True the Transcriptions (text, segments, stats, trace), in
         input order. Clips are read batch_size at a time and decoded as `transcribe_waveforms` does.
         Unreadable clips never stop the others: with errors="return" each one's AudioError stands in its
@@ -182,7 +210,7 @@ class SpeculativeWhisper:
         if options is not None and not isinstance(options, DecodeOptions):
             kind = type(options).__name__
             raise TypeError(f"options must be a TranscribeOptions, not {kind} (give sample_rate= by name)")
-        options = TranscribeOptions.of(options, **fields)
+        options = TranscribeOptions.of(options or self.defaults, **fields)
         if errors not in ("raise", "return"):
             raise ValueError(f"errors must be 'raise' or 'return', not {errors!r}")
         sources = _as_list(audio)
@@ -220,7 +248,7 @@ class SpeculativeWhisper:
         (`longform.speech`). make_drafter: each batch's drafter (`engine.windows.MakeDrafter`; clips up to
         30 s and sequential long-form).
         """
-        options = TranscribeOptions.of(options)
+        options = TranscribeOptions.of(options or self.defaults)
         names = list(names) if names is not None else ["audio"] * len(waveforms)
         transcriptions: dict[int, Transcription] = {}
         short = [i for i, waveform in enumerate(waveforms) if not longform.is_long(waveform)]
@@ -283,6 +311,12 @@ class SpeculativeWhisper:
     def _segment_text(self, token_ids: Sequence[int]) -> str:
         """A segment's text as decoded, its leading space kept, so that the segments join into the text."""
         return self.pair.target.processor.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
+def _defaults(config: SpeculativeConfig | None) -> TranscribeOptions:
+    if config is not None and not isinstance(config, SpeculativeConfig):
+        raise TypeError(f"config must be a SpeculativeConfig, not {type(config).__name__}")
+    return TranscribeOptions.of(config.options() if config is not None else None)
 
 
 def _load(source: AudioSource, sample_rate: int | None) -> np.ndarray | AudioError:

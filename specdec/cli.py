@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from specdec.api import SpeculativeWhisper, Transcription
     from specdec.streaming.playback import StreamSummary
     from specdec.streaming.session import StreamOptions, Update
+    from specdec.wer import LossyCost
 
 EXIT_BAD_INPUT = 1  # some audio could not be transcribed; the rest was
 EXIT_BAD_SETUP = 2  # models or options unusable; nothing was transcribed
@@ -133,7 +134,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="batches and chunks: choose k each step from measured pass costs (greedy output unchanged)",
     )
-    transcribe.add_argument("--max-new-tokens", type=int, default=None)
+    transcribe.add_argument(
+        "--max-new-tokens", "--max-tokens", type=int, default=None, help="per 30 s window, as generate()"
+    )
+    transcribe.add_argument(
+        "--acceptance-threshold",
+        type=float,
+        default=None,
+        help="LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top "
+        "probability (greedy only); faster, but the output is no longer the target's own (default: exact)",
+    )
     transcribe.add_argument(
         "--no-speech-threshold",
         type=float,
@@ -336,6 +346,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         adaptive=args.adaptive,
         cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
+        acceptance_threshold=args.acceptance_threshold,
         **no_speech_rule(args),
         batch_size=args.batch_size,
         long_form=args.long_form,
@@ -442,6 +453,7 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
             "token_ids": list(speculative.token_ids),
             "seconds": speculative.result.total_seconds,
             "acceptance_rate": speculative.result.acceptance_rate,
+            "lossless": speculative.result.lossless,  # False: a lossy acceptance threshold, not the target's
             "words": None if speculative.words is None else [vars(word) for word in speculative.words],
             "stats": speculative.result.stats(),
             "steps": [_step_record(speculative.result, step) for step in speculative.result.steps],
@@ -454,6 +466,8 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
             "seconds": baseline.result.total_seconds,
         }
         record["identical"] = baseline.token_ids == speculative.token_ids
+        if not speculative.result.lossless:
+            record["lossy_cost"] = dataclasses.asdict(_cost(speculative, baseline))
     return record
 
 
@@ -476,6 +490,8 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
     ]
     for word in speculative.words or ():
         lines.append(f"  [{word.start:6.2f} -> {word.end:6.2f}] {word.text.strip()}")
+    if not result.lossless:
+        lines.append(lossy_line(speculative, baseline))
     if baseline is not None:
         identical = "identical" if baseline.token_ids == speculative.token_ids else "DIFFERENT"
         speedup = baseline.result.total_seconds / max(result.total_seconds, 1e-9)
@@ -487,6 +503,27 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
             f"output {identical}"
         )
     return "\n".join(lines)
+
+
+def lossy_line(speculative: Transcription, baseline: Transcription | None) -> str:
+    """What a lossy decoding is, and with the target alone beside it, what it cost."""
+    result = speculative.result
+    line = (
+        f"  LOSSY (acceptance threshold {result.acceptance_threshold:g}): not the target's own output; "
+        f"{result.num_relaxed} tokens kept that the target would not have chosen"
+    )
+    if baseline is not None:
+        line += f"; {_cost(speculative, baseline).describe()}"
+    return line
+
+
+def _cost(speculative: Transcription, baseline: Transcription) -> LossyCost:
+    from specdec.wer import lossy_cost
+
+    return lossy_cost(
+        list(baseline.token_ids), baseline.text, list(speculative.token_ids), speculative.text,
+        baseline.language,
+    )  # fmt: skip
 
 
 def _one_line(error: Exception) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,9 @@ class DecodeOptions:
     no_speech_threshold: float | None = None
     logprob_threshold: float | None = None  # alone it changes no output (generate() would only retry at a
     # next temperature, and there is one); the windows' average log-probabilities are recorded
+    # LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top
+    # probability (greedy only); the output is then no longer the target's. None: exact (the default)
+    acceptance_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -76,10 +80,29 @@ class DecodeOptions:
                 raise ValueError(f"{name} must be a finite number or None")
         if self.no_speech_threshold is not None and self.logprob_threshold is None:
             raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
+        self._check_acceptance_threshold()
+
+    def _check_acceptance_threshold(self) -> None:
+        threshold = self.acceptance_threshold
+        if threshold is None:
+            return
+        is_number = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+        if not (is_number and 0 < threshold <= 1):
+            raise ValueError("acceptance_threshold must be in (0, 1], or None for exact decoding")
+        if self.sampling:
+            raise ValueError(
+                "acceptance_threshold relaxes greedy decoding (temperature 0); sampling keeps the "
+                "target's distribution exactly"
+            )
 
     @property
     def sampling(self) -> bool:
         return self.temperature > 0
+
+    @property
+    def lossless(self) -> bool:
+        """The output is the target's own (no lossy acceptance threshold)."""
+        return self.acceptance_threshold is None
 
 
 @dataclass(frozen=True)
@@ -104,9 +127,56 @@ class TranscribeOptions(DecodeOptions):
 
     @classmethod
     def of(cls, options: DecodeOptions | None = None, **fields) -> TranscribeOptions:
-        """options (DecodeOptions or TranscribeOptions; None: the defaults) with fields replaced."""
+        """options (DecodeOptions or TranscribeOptions; None: the defaults) with fields replaced (also by
+        the original design's names: `max_tokens` for max_new_tokens)."""
+        fields = _known_fields(cls, fields)
         if options is None or type(options) is DecodeOptions:
             decode_fields = dataclasses.fields(DecodeOptions)
             own = {} if options is None else {f.name: getattr(options, f.name) for f in decode_fields}
             return cls(**{**own, **fields})
         return dataclasses.replace(options, **fields)
+
+
+# the original design's names for options fields
+ALIASES = {"max_tokens": "max_new_tokens"}
+
+
+def _known_fields(cls: type, fields: dict) -> dict:
+    """fields with the design's aliases renamed; a TypeError naming the closest field for an unknown one."""
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    renamed = {}
+    for name, value in fields.items():
+        own = ALIASES.get(name, name)
+        if own in renamed:
+            raise TypeError(f"{name!r} and {own!r} name the same option: give one")
+        if own not in known:
+            close = difflib.get_close_matches(name, sorted(known | set(ALIASES)), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"unknown option {name!r}{hint}")
+        renamed[own] = value
+    return renamed
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """The speculation settings by the original design's names: a view of `DecodeOptions` fields
+    (`SpeculativeWhisper(config=...)` decodes with them unless a call says otherwise)."""
+
+    gamma: int = DecodeOptions.num_draft_tokens  # k: tokens the draft proposes per target pass
+    # LOSSY, opt-in: keep a draft token the target gives at least this share of its top probability
+    # (the output is then not the target's); None: exact
+    acceptance_threshold: float | None = None
+    temperature: float = DecodeOptions.temperature  # 0: greedy; > 0: sampling, the target's distribution
+    use_adaptive_gamma: bool = DecodeOptions.adaptive  # grow and shrink k with acceptance
+
+    def __post_init__(self) -> None:
+        self.options()  # checked as the options it stands for
+
+    def options(self) -> DecodeOptions:
+        """The `DecodeOptions` these settings are."""
+        return DecodeOptions(
+            num_draft_tokens=self.gamma,
+            acceptance_threshold=self.acceptance_threshold,
+            temperature=self.temperature,
+            adaptive=self.use_adaptive_gamma,
+        )

@@ -15,7 +15,9 @@ ACCEPTED = "accepted"  # drafted and confirmed by the target
 CORRECTED = "corrected"  # the target's token where it rejected a draft token
 BONUS = "bonus"  # the target's extra token after a fully accepted draft
 TARGET = "target"  # the target's token in a step with no draft (baseline, or a draft of length 0)
-LABELS = (ACCEPTED, CORRECTED, BONUS, TARGET)
+RELAXED = "relaxed"  # drafted and kept by the lossy acceptance threshold, though not the target's choice
+LABELS = (ACCEPTED, CORRECTED, BONUS, TARGET, RELAXED)
+KEPT_DRAFT = (ACCEPTED, RELAXED)  # the labels of drafted tokens that were kept
 
 DRAFT_MODEL = "draft"  # a step's proposal came from the draft model
 HYPOTHESIS = "reused"  # from the previous hypothesis of a live stream (free: no model runs)
@@ -125,6 +127,18 @@ class DecodeResult:
     token_spans: tuple[tuple[float, float], ...] | None = None  # with word timestamps: each of token_ids'
     # (start, end) in seconds of the file, from the target's alignment heads (`whisper.word_times`)
     alignment_seconds: float = 0.0  # what timing them took (its extra decoder passes and the alignment)
+    acceptance_threshold: float | None = None  # the lossy acceptance threshold it was decoded with; None:
+    # exact, the target's own output
+
+    @property
+    def lossless(self) -> bool:
+        """The output is the target's own (decoded without a lossy acceptance threshold)."""
+        return self.acceptance_threshold is None
+
+    @property
+    def num_relaxed(self) -> int:
+        """Kept tokens the target would not have chosen (the lossy acceptance threshold)."""
+        return sum(token.label == RELAXED and token.kept for token in self.tokens)
 
     @property
     def no_speech(self) -> bool:
@@ -196,8 +210,12 @@ class DecodeResult:
         return self.num_generated / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
     def stats(self) -> dict:
-        """The derived statistics as one flat dict."""
+        """The derived statistics as one flat dict (acceptance and tokens per pass also by the original
+        design's names)."""
         return {
+            "lossless": self.lossless,
+            "acceptance_threshold": self.acceptance_threshold,
+            "num_relaxed": self.num_relaxed,
             "num_generated": self.num_generated,
             "num_target_passes": self.num_target_passes,
             "num_batched_passes": len(self.passes),
@@ -205,7 +223,9 @@ class DecodeResult:
             "num_drafted": self.num_drafted,
             "num_accepted": self.num_accepted,
             "acceptance_rate": self.acceptance_rate,
+            "overall_acceptance_rate": self.acceptance_rate,
             "tokens_per_pass": self.tokens_per_pass,
+            "avg_tokens_per_iteration": self.tokens_per_pass,
             "tokens_per_second": self.tokens_per_second,
             "encoder_seconds": self.encoder_seconds,
             "draft_seconds": self.draft_seconds,

@@ -100,3 +100,36 @@ def alignment_html(errors: WordErrors, max_words: int = 400) -> str:
     if len(errors.alignment) > max_words:
         parts.append(f"<i>… and {len(errors.alignment) - max_words:,} more words</i>")
     return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class LossyCost:
+    """What a lossy decoding (an acceptance threshold) changed against the target alone's output."""
+
+    token_edits: int  # insertions, deletions and substitutions that turn the target's ids into its ids
+    num_target_tokens: int
+    wer: float | None  # its words against the target alone's, normalised; None: the target said nothing
+
+    def describe(self) -> str:
+        """One line: what it cost."""
+        if not self.token_edits:
+            return "the same tokens as the target alone here"
+        wer = "" if self.wer is None else f", WER {self.wer:.1%} against the target alone's words"
+        return f"{self.token_edits} token edits from the target alone's {self.num_target_tokens}{wer}"
+
+
+def lossy_cost(
+    target_ids: list[int], target_text: str, token_ids: list[int], text: str, language: str | None
+) -> LossyCost:
+    """How far a lossy decoding's output (token_ids, text) is from the target alone's."""
+    edits = 0
+    if target_ids or token_ids:
+        # jiwer aligns any tokens: the ids written as words ("_" keeps an empty side a valid input)
+        as_words = [" ".join(map(str, ids)) or "_" for ids in (target_ids, token_ids)]
+        counted = jiwer.process_words(*as_words)
+        edits = counted.substitutions + counted.deletions + counted.insertions
+    try:
+        wer = word_errors(target_text, text, language).wer
+    except ValueError:  # the target alone's text is empty
+        wer = None
+    return LossyCost(edits, len(target_ids), wer)

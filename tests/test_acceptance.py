@@ -16,7 +16,13 @@ from fractions import Fraction
 import pytest
 import torch
 
-from specdec.engine.acceptance import Verdict, greedy_accept, residual_probs, speculative_sample
+from specdec.engine.acceptance import (
+    Verdict,
+    greedy_accept,
+    relaxed_accept,
+    residual_probs,
+    speculative_sample,
+)
 
 Prefix = tuple[int, ...]
 Table = dict[Prefix, list[Fraction]]  # prefix -> distribution of the next token, shape (vocab,)
@@ -402,3 +408,32 @@ def test_same_seed_same_verdicts() -> None:
 
     assert verdicts(7) == verdicts(7)
     assert verdicts(7) != verdicts(8)  # the generator is what drives the randomness
+
+
+# ---------------------------------------------------------------- the lossy relaxation, against a plain loop
+def _relaxed_by_loop(draft_tokens: list[int], target_scores: torch.Tensor, threshold: float) -> Verdict:
+    """The design's rule written out: keep a draft token while it is the target's argmax or has at least
+    threshold of the target's top probability; then the target's argmax."""
+    relaxed = []
+    for position, token in enumerate(draft_tokens):
+        probs = torch.softmax(target_scores[position].float(), dim=-1)
+        choice = int(target_scores[position].argmax())
+        if token != choice and probs[token] < threshold * probs.max():
+            return Verdict(position, choice, tuple(relaxed))
+        if token != choice:
+            relaxed.append(position)
+    return Verdict(len(draft_tokens), int(target_scores[len(draft_tokens)].argmax()), tuple(relaxed))
+
+
+@pytest.mark.parametrize("threshold", [1.0, 0.8, 0.5, 0.2, 0.01])
+def test_relaxed_accept_equals_a_plain_loop(threshold):
+    generator = torch.Generator().manual_seed(5)
+    relaxed_seen = 0
+    for _ in range(300):
+        k = int(torch.randint(0, 6, (1,), generator=generator))
+        target_scores = 2 * torch.randn(k + 1, 7, generator=generator)
+        draft_tokens = torch.randint(0, 7, (k,), generator=generator)
+        expected = _relaxed_by_loop(draft_tokens.tolist(), target_scores, threshold)
+        assert relaxed_accept(draft_tokens, target_scores, threshold) == expected
+        relaxed_seen += len(expected.relaxed)
+    assert (relaxed_seen == 0) == (threshold == 1.0)  # both kinds of outcome exercised

@@ -16,21 +16,23 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, DecodeResult, Step, TokenRecord
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, RELAXED, TARGET, DecodeResult, Step, TokenRecord
 from specdec.whisper.tokens import TIMESTAMP_SECONDS
 
 REJECTED = "rejected"  # drafted, refused by the target, not in the output
 END_OF_TEXT = "⟨end⟩"
 UNFINISHED = "…"  # a rejected draft that stops inside a character: the rest of it was never proposed
 # kept labels from best to worst: a character split over tokens of several labels takes the worst one
-# (a correction anywhere in it means the draft got it wrong; a target token, that it was not drafted)
-SEVERITY = (ACCEPTED, BONUS, TARGET, CORRECTED)
+# (a correction anywhere in it means the draft got it wrong; a target token, that it was not drafted; a
+# relaxed one, that the output is not the target's there)
+SEVERITY = (ACCEPTED, BONUS, TARGET, RELAXED, CORRECTED)
 
 COLOURS = {
     ACCEPTED: "#b7ebc0",
     CORRECTED: "#ffc9a3",
     BONUS: "#b9d7ff",
     TARGET: "#e4e4e7",
+    RELAXED: "#f5d90a",
     REJECTED: "transparent",
 }
 DESCRIPTIONS = {
@@ -38,6 +40,7 @@ DESCRIPTIONS = {
     CORRECTED: "target's token where it rejected the draft",
     BONUS: "target's extra token after a fully accepted draft",
     TARGET: "target's token with no draft",
+    RELAXED: "draft token kept by the lossy acceptance threshold: not the target's own choice",
     REJECTED: "draft token the target rejected (not in the output)",
 }
 STYLE = """<style>
@@ -187,7 +190,8 @@ def _decode(token_ids: list[int], tokenizer) -> str:
 def spans_html(spans: list[TokenSpan]) -> str:
     """The tokens as coloured inline HTML with a hover title per token, plus the legend."""
     parts = [_span_html(span) for span in spans]
-    return f'{STYLE}{legend_html()}<div class="specdec-tokens">{"".join(parts)}</div>'
+    relaxed = any(span.label == RELAXED for span in spans)
+    return f'{STYLE}{legend_html(relaxed)}<div class="specdec-tokens">{"".join(parts)}</div>'
 
 
 def _span_html(span: TokenSpan) -> str:
@@ -204,10 +208,12 @@ def _span_html(span: TokenSpan) -> str:
     return f'<span class="{css_class} {span.label}" style="{style}" title="{title}">{text}</span>'
 
 
-def legend_html() -> str:
-    """Colour legend for the token labels."""
+def legend_html(relaxed: bool = False) -> str:
+    """Colour legend for the token labels (the lossy threshold's label only where tokens have it)."""
     items = []
     for label, colour in COLOURS.items():
+        if label == RELAXED and not relaxed:
+            continue
         swatch = f'<i style="background:{colour}"></i>'
         if label == REJECTED:
             swatch = (

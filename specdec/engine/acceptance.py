@@ -8,6 +8,9 @@ min(1, target_probs[x] / draft_probs[x]); on the first rejection sample from the
 normalise(max(0, target_probs - draft_probs)); if every draft token is accepted, sample a bonus
 token from the target's distribution after the last one. The output is distributed exactly as
 sampling from the target alone.
+
+Relaxed (opt-in, lossy: the output is no longer the target's): greedy, but a draft token is also kept
+where the target gives it at least `acceptance_threshold` of its own top probability.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Verdict:
 
     n_accepted: int  # leading draft tokens kept
     next_token: int  # the target's own token after them: a correction or a bonus
+    relaxed: tuple[int, ...] = ()  # kept positions that were not the target's own choice (relaxed_accept)
 
 
 def greedy_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> Verdict:
@@ -35,6 +39,24 @@ def greedy_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> Ve
     mismatch = (draft_tokens != target_choice[:num_draft_tokens]).nonzero()
     n_accepted = int(mismatch[0, 0]) if mismatch.numel() else num_draft_tokens
     return Verdict(n_accepted, int(target_choice[n_accepted]))
+
+
+def relaxed_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor, threshold: float) -> Verdict:
+    """Greedy with a lossy relaxation: keep the longest prefix of draft tokens that are the target's argmax
+    or have at least `threshold` of its top probability; then the target's argmax, as `greedy_accept`.
+
+    draft_tokens: (num_draft_tokens,) ids; target_scores: (num_draft_tokens + 1, vocab) processed logits.
+    """
+    num_draft_tokens = draft_tokens.shape[0]
+    target_choice = target_scores.argmax(dim=-1)  # (k+1,)
+    target_probs = torch.softmax(target_scores[:num_draft_tokens].float(), dim=-1)  # (k, vocab)
+    positions = torch.arange(num_draft_tokens, device=draft_tokens.device)
+    is_choice = draft_tokens == target_choice[:num_draft_tokens]
+    close_enough = target_probs[positions, draft_tokens] >= threshold * target_probs.max(dim=-1).values
+    refused = (~(is_choice | close_enough)).nonzero()
+    n_accepted = int(refused[0, 0]) if refused.numel() else num_draft_tokens
+    relaxed = tuple(int(i) for i in (~is_choice[:n_accepted]).nonzero().flatten())
+    return Verdict(n_accepted, int(target_choice[n_accepted]), relaxed)
 
 
 def residual_probs(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:

@@ -153,6 +153,7 @@ class ClipDecoding:
             windows=tuple(self.windows),
             token_spans=tuple(self.token_spans) if self.options.word_timestamps else None,
             alignment_seconds=self.alignment_seconds,
+            acceptance_threshold=self.options.acceptance_threshold,
         )
 
 

@@ -27,12 +27,23 @@ from collections.abc import Sequence
 import torch
 
 from specdec.engine import cancel
-from specdec.engine.acceptance import Verdict, greedy_accept, speculative_sample
+from specdec.engine.acceptance import Verdict, greedy_accept, relaxed_accept, speculative_sample
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.draft_length import DraftLength, StepFacts
 from specdec.engine.drafters import NOTHING, Drafter, Proposal
 from specdec.engine.state import Clock, Row
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, DRAFT_MODEL, TARGET, Pass, Step, TokenRecord
+from specdec.trace import (
+    ACCEPTED,
+    BONUS,
+    CORRECTED,
+    DRAFT_MODEL,
+    KEPT_DRAFT,
+    RELAXED,
+    TARGET,
+    Pass,
+    Step,
+    TokenRecord,
+)
 
 
 class Batch:
@@ -128,7 +139,12 @@ def verify(row: Row, proposal: Proposal, logits: torch.Tensor) -> Verdict:
         draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
         verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)
     else:
-        verdict = greedy_accept(draft_tokens, scores)
+        threshold = row.options.acceptance_threshold  # None: exact; else lossy, opt-in
+        verdict = (
+            greedy_accept(draft_tokens, scores)
+            if threshold is None
+            else relaxed_accept(draft_tokens, scores, threshold)
+        )
         target_probs = torch.softmax(scores[: verdict.n_accepted + 1].float(), dim=-1)  # the rows recorded
     before = len(row.sequence)
     accept_tokens(row, proposal, verdict, target_probs)
@@ -144,7 +160,8 @@ def accept_tokens(row: Row, proposal: Proposal, verdict: Verdict, target_probs: 
     num_proposed = len(proposal.tokens)
     new_tokens = proposal.tokens[: verdict.n_accepted] + [verdict.next_token]
     last_label = TARGET if not num_proposed else BONUS if verdict.n_accepted == num_proposed else CORRECTED
-    labels = [ACCEPTED] * verdict.n_accepted + [last_label]
+    kept = [RELAXED if i in verdict.relaxed else ACCEPTED for i in range(verdict.n_accepted)]
+    labels = kept + [last_label]
     eos = row.pipeline.eos_token_id
     if eos in new_tokens:
         new_tokens = new_tokens[: new_tokens.index(eos) + 1]
@@ -175,7 +192,7 @@ def record(row: Row, proposal: Proposal, verdict: Verdict, step_pass: Pass) -> N
             source=proposal.source,
             drafted=tuple(proposal.tokens),
             n_accepted=verdict.n_accepted,
-            target_token=row.tokens[-1].token_id if row.tokens[-1].label != ACCEPTED else None,
+            target_token=row.tokens[-1].token_id if row.tokens[-1].label not in KEPT_DRAFT else None,
         )
     )
     row.passes.append(step_pass)

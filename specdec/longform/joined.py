@@ -62,4 +62,5 @@ def joined(
         total_seconds=0.0,
         windows=tuple(windows),
         segments=segments,
+        acceptance_threshold=results[0].acceptance_threshold,
     )

@@ -35,7 +35,7 @@ from specdec.audio import SAMPLE_RATE
 from specdec.engine.drafters import Drafter, PreviousHypothesis, common_length
 from specdec.engine.state import Row
 from specdec.options import TranscribeOptions
-from specdec.trace import ACCEPTED, DecodeResult
+from specdec.trace import KEPT_DRAFT, DecodeResult
 from specdec.vad import Activity, SpeechDetector, rms_dbfs
 from specdec.whisper.tokens import TIMESTAMP_SECONDS, timestamp_begin
 
@@ -383,7 +383,7 @@ def token_sources(result: DecodeResult) -> tuple[str, ...]:
     """Per kept token: `reused` or `draft` for an accepted proposal, `target` for the target's own."""
     sources = {step.index: step.source for step in result.steps}
     return tuple(
-        sources[record.step] if record.label == ACCEPTED else TARGET_SOURCE
+        sources[record.step] if record.label in KEPT_DRAFT else TARGET_SOURCE
         for record in result.tokens
         if record.kept
     )
