@@ -169,6 +169,7 @@ MB = 1024 * 1024
         ("wrong-key", 401, "invalid_api_key", None),
         ("no-key", 401, "invalid_api_key", None),
         ("stream-and-compare", 400, None, "stream"),
+        ("tiny-temperature", 400, None, "temperature"),  # would overflow the sampling of the whole batch
     ],
 )
 def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
@@ -182,6 +183,8 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
         fields["prompt"] = "word " * 200_000  # 1 MB of previous text
     if case == "stream-and-compare":
         fields.update(stream="true", compare="true")
+    if case == "tiny-temperature":
+        fields["temperature"] = "1e-40"
     headers = {"Authorization": "Bearer nope"} if case == "wrong-key" else {}
     if case != "no-key":
         headers.setdefault("Authorization", f"Bearer {KEY}")

@@ -23,6 +23,7 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, chosen_language
 from specdec.audio import SAMPLE_RATE
+from specdec.options import MIN_TEMPERATURE, check_temperature
 from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
 
@@ -139,8 +140,13 @@ def _temperature(form: FormData) -> float:
         temperature = float(_text(form, "temperature") or 0)
     except ValueError:
         temperature = math.nan
+    try:
+        check_temperature(temperature)  # the options' own rule: 0, or at least MIN_TEMPERATURE
+    except ValueError:
+        temperature = math.nan
     if not 0 <= temperature <= 1:  # NaN too
-        raise ApiError(400, "temperature must be a number from 0 to 1.", "temperature")
+        message = f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE} to 1."
+        raise ApiError(400, message, "temperature")
     return temperature
 
 
