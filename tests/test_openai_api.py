@@ -98,6 +98,33 @@ def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
 
 
 @pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks translations.create
+def test_a_long_non_ascii_file_name_is_cut_to_what_a_file_system_takes(server, page_text):
+    """86 characters of 3 bytes each are 258 bytes, past the 255 of a file name: the upload is kept under
+    a shorter name, on both doors, and an error names the file by it."""
+    name = "日" * 86 + ".wav"
+    answer = httpx.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": (name, CLIP.read_bytes())},
+        data={"model": MODEL, "language": "en"},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200 and answer.json()["text"] == page_text
+    broken = httpx.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": (name, b"RIFF\x00\x00\x00\x00WAVEfmt garbage")},
+        data={"model": MODEL},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert broken.status_code == 400 and "日日日" in broken.json()["error"]["message"]
+    files = {"files": (name, CLIP.read_bytes())}
+    uploaded = httpx.post(f"{server}/gradio_api/upload", files=files, timeout=60)
+    assert uploaded.status_code == 200  # the page's door: Gradio's upload cache cuts it too (200 bytes)
+    (path,) = uploaded.json()
+    assert Path(path).name.startswith("日日日") and len(Path(path).name.encode()) <= 255
+
+
 def test_translations_are_the_targets_translate_task(server):
     """POST /v1/audio/translations through the official client: the target's translate task, token for token
     the target alone's (compare=true) and the Python API's with task="translate"."""

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
@@ -41,6 +42,8 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError
 
 MAX_FIELD_BYTES = 64 * 1024  # each form field beside the file (a prompt's last 223 tokens need far less)
 FORM_ROOM = 256 * 1024  # request bytes allowed beyond the file: the other fields and the multipart framing
+MAX_NAME_BYTES = 200  # an upload's file name on disk, as Gradio cuts the page's (file systems take 255)
+MAX_EXTENSION_BYTES = 16
 RETRY_AFTER_SECONDS = 10
 DISCONNECT_POLL_SECONDS = 0.25
 logger = logging.getLogger("specdec.app")
@@ -143,12 +146,25 @@ async def _read_form(
             raise ApiError(400, "Send the audio as the multipart file field 'file'.", "file")
         if upload.size is not None and upload.size > max_file_size:
             raise too_large  # within the room left for the other fields, but over the file's own limit
-        name = re.sub(r"[^\w.\- ]", "_", Path(upload.filename or "").name).strip(" .")[:100] or "audio"
-        asked = openai_schema.asked(form, store, str(folder / name), task)  # error messages name the file
+        audio = str(folder / upload_name(upload.filename))  # error messages name the file by it
+        asked = openai_schema.asked(form, store, audio, task)
         await run_in_threadpool(_save, upload, asked.request.audio)
         return asked
     finally:
         await form.close()
+
+
+def upload_name(filename: str | None) -> str:
+    """The client's file name as the upload's name on disk (and in error messages): letters, digits and
+    `.-_ ` kept, at most MAX_NAME_BYTES in UTF-8 (a file system takes 255 bytes, not characters), cut
+    between characters, its extension kept."""
+    name = re.sub(r"[^\w.\- ]", "_", Path(filename or "").name).strip(" .")
+    stem, extension = os.path.splitext(name)
+    if len(extension.encode()) > MAX_EXTENSION_BYTES:
+        stem, extension = name, ""
+    room = MAX_NAME_BYTES - len(extension.encode())
+    stem = stem.encode()[:room].decode(errors="ignore").rstrip(" .")
+    return stem + extension if stem else "audio" + extension
 
 
 async def _parsed(request: Request) -> FormData:
