@@ -50,7 +50,7 @@ from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
 from specdec.engine.windows import WindowBatch
 from specdec.longform.sequential import clip_decoding, report_segment
 from specdec.options import DecodeOptions, TranscribeOptions
-from specdec.whisper.tokens import language_token_id
+from specdec.whisper.tokens import check_previous_text, language_token_id
 
 logger = logging.getLogger("specdec.scheduler")
 MAX_ROWS = 16  # requests decoding at once; the others wait for a row
@@ -182,11 +182,13 @@ class Scheduler:
             self.batch.join([request.clip])
 
     def _clip(self, request: _Request) -> ClipDecoding:
-        """The request's decoding, its problems (a language the target lacks) found before it joins."""
+        """The request's decoding, its problems (a language the target lacks, a control token in its previous
+        text) found before it joins."""
         pair, options = self.whisper.pair, request.options
         config = pair.target.model.generation_config
         if options.language is not None and getattr(config, "is_multilingual", False):
             language_token_id(config, options.language)
+        check_previous_text(config, options.prompt_ids)
         if longform.is_long(request.waveform) and (options.long_form != "sequential" or options.skip_silence):
             raise ValueError("requests decode long audio sequentially here (no chunks, no skipped silence)")
         return clip_decoding(pair, request.waveform, options, options.speculative)

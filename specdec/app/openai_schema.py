@@ -26,6 +26,7 @@ from specdec.audio import SAMPLE_RATE
 from specdec.options import MIN_TEMPERATURE, check_temperature
 from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
+from specdec.whisper.tokens import text_ids
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
@@ -247,7 +248,7 @@ def _is_path(name: str) -> bool:
 def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
     """The previous text as target ids (its last MAX_PROMPT_TOKENS), as Whisper's prompt takes it."""
     tokenizer = whisper.pair.target.processor.tokenizer
-    return tuple(tokenizer.encode(" " + prompt, add_special_tokens=False)[-MAX_PROMPT_TOKENS:])
+    return tuple(text_ids(tokenizer, " " + prompt)[-MAX_PROMPT_TOKENS:])  # control tokens' spellings as text
 
 
 def response(asked: Asked, answer: Answer) -> Response:
