@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import json
 import socket
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -23,6 +25,7 @@ import webvtt
 from gradio_client import Client, handle_file
 
 import app
+from specdec.app import openai_api
 from specdec.app import store as stores
 from specdec.engine import cancel
 
@@ -123,6 +126,69 @@ def test_a_long_non_ascii_file_name_is_cut_to_what_a_file_system_takes(server, p
     assert uploaded.status_code == 200  # the page's door: Gradio's upload cache cuts it too (200 bytes)
     (path,) = uploaded.json()
     assert Path(path).name.startswith("日日日") and len(Path(path).name.encode()) <= 255
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/nothing-here", 404, "unknown_url"),
+        ("POST", "/v1/chat/completions", 404, "unknown_url"),
+        ("GET", "/v1/audio/transcriptions", 405, "method_not_allowed"),
+        ("DELETE", "/v1/models", 405, "method_not_allowed"),
+    ],
+)
+def test_other_paths_and_methods_answer_openai_errors_after_the_key(server, method, path, status, code):
+    unkeyed = httpx.request(method, server + path, timeout=30)
+    assert unkeyed.status_code == 401 and unkeyed.json()["error"]["code"] == "invalid_api_key"
+    keyed = httpx.request(method, server + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert keyed.status_code == status
+    assert keyed.json() == {
+        "error": {"message": keyed.json()["error"]["message"], "type": "invalid_request_error",
+                  "param": None, "code": code}
+    }  # fmt: skip
+    assert path in keyed.json()["error"]["message"]
+    if status == 405:
+        assert keyed.headers["allow"] in ("GET", "POST")
+
+
+def test_a_file_named_only_by_filename_star_is_the_file(server, page_text):
+    """RFC 5987's `filename*=UTF-8''...` alone (RFC 7578 says not to send it; some clients do) names the
+    file part: it is read as the file, under its decoded name, not as a text field over 64 KB."""
+    boundary = "specdec-boundary"
+    name = "日本語 clip.wav".encode()
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="language"\r\n\r\nen\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f"filename*=UTF-8''{urllib.parse.quote(name)}\r\nContent-Type: audio/wav\r\n\r\n".encode(),
+        CLIP.read_bytes(),
+        f"\r\n--{boundary}--\r\n".encode(),
+    ]
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    url = f"{server}/v1/audio/transcriptions"
+    answer = httpx.post(url, content=b"".join(parts), headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["text"] == page_text
+
+
+def test_a_stalled_upload_is_answered_408_and_let_go(server, monkeypatch):
+    """A client that sends part of its body and then nothing: answered 408 once it has paused longer than
+    the limit (shortened here), its connection closed; the server goes on serving."""
+    monkeypatch.setattr(openai_api, "UPLOAD_IDLE_SECONDS", 0.5)
+    url = httpx.URL(f"{server}/v1/audio/transcriptions")
+    head = (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n"
+    )
+    with socket.create_connection((url.host, url.port), timeout=30) as client:
+        client.sendall(head.encode() + b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\n')
+        answer = b""
+        while chunk := client.recv(65536):  # until the server closes the connection
+            answer += chunk
+    status, _, body = answer.partition(b"\r\n")[0], None, answer.partition(b"\r\n\r\n")[2]
+    assert status.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+    assert api(server).models.list().data  # still serving
 
 
 def test_translations_are_the_targets_translate_task(server):
