@@ -38,6 +38,9 @@ from specdec import media
 
 SAMPLE_RATE = 16_000
 MAX_SECONDS = 30.0  # one Whisper window: the limit of short-form decoding
+# The shortest audio decoded: a spoken syllable takes about 0.1 s or more, and Whisper given less (a
+# 1-sample WAV) still answers a word it made up, sure of it (" you"). See docs/usage.md.
+MIN_SECONDS = 0.1
 MAX_LONG_SECONDS = 4 * 3600.0  # long-form decoding (specdec.longform): a sane upper bound
 BLOCK_FRAMES = 1 << 16  # frames read from a file at a time, so that it is never decoded whole
 MAX_ARRAY_CHANNELS = 8  # an array with more "channels" than this has most likely been passed transposed
@@ -343,6 +346,10 @@ def _check_duration(
     if num_samples == 0:
         raise AudioError(f"{name}: contains no audio samples")
     seconds = num_samples / rate
+    if seconds < MIN_SECONDS and not at_least:
+        raise AudioError(
+            f"{name} is {seconds * 1000:.0f} ms long: too short to hold a word (at least {MIN_SECONDS:g} s)"
+        )
     length = f"{'over ' if at_least else ''}{seconds:.1f} s"
     # A limit other than one window's (an app's, MAX_LONG_SECONDS) is a plain limit: name it.
     if max_seconds is not None and seconds > max_seconds != MAX_SECONDS:

@@ -149,6 +149,13 @@ def test_a_refused_upload_is_deleted(client, tmp_path):
     assert app.UPLOAD_CACHE  # and everything else ages out of Gradio's cache (delete_cache)
 
 
+def test_audio_too_short_to_hold_a_word_is_refused_on_the_page(client, tmp_path):
+    one = tmp_path / "one-sample.wav"
+    sf.write(one, np.full(1, 0.1, dtype=np.float32), 16_000)
+    with pytest.raises(Exception, match="one-sample.wav is 0 ms long: too short to hold a word"):
+        client.predict(handle_file(str(one)), SHARED_DRAFT, api_name="/transcribe")
+
+
 def test_twenty_concurrent_clients_get_their_serial_answer_or_a_clear_queue_full(app_url, client):
     serial = client.predict(handle_file(str(CLIP)), SHARED_DRAFT, "de", api_name="/transcribe")[0]
 

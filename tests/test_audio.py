@@ -244,13 +244,21 @@ def test_too_long_array() -> None:
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nan_or_inf_array(bad: float) -> None:
-    samples = np.zeros(1_000, dtype=np.float32)
+    samples = np.zeros(2_000, dtype=np.float32)
     samples[500] = bad
     assert "NaN or infinite" in error_message(samples, sample_rate=SAMPLE_RATE)
 
 
 def test_array_without_sample_rate() -> None:
     assert "sample_rate is required" in error_message(np.zeros(100, dtype=np.float32))
+
+
+def test_audio_too_short_to_hold_a_word_is_refused(tmp_path: Path) -> None:
+    """A 1-sample WAV decoded to " you"; under 0.1 s nothing is decoded, from a file or an array."""
+    path = write(tmp_path / "one.wav", np.full(1, 0.1, dtype=np.float32), SAMPLE_RATE)
+    assert error_message(path) == f"{path} is 0 ms long: too short to hold a word (at least 0.1 s)"
+    assert "is 50 ms long: too short" in error_message(np.zeros(800, np.float32), sample_rate=SAMPLE_RATE)
+    assert len(load_audio(np.zeros(1600, np.float32), sample_rate=SAMPLE_RATE)) == 1600
 
 
 def test_empty_array() -> None:

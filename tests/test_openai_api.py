@@ -263,6 +263,7 @@ MB = 1024 * 1024
         ("no-key", 401, "invalid_api_key", None),
         ("stream-and-compare", 400, None, "stream"),
         ("tiny-temperature", 400, None, "temperature"),  # would overflow the sampling of the whole batch
+        ("one-sample", 400, "invalid_file", "file"),  # too short to hold a word (Whisper said " you")
     ],
 )
 def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
@@ -271,6 +272,8 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
     path = tmp_path / "broken.wav"
     sizes = {"oversize": 26 * MB, "just-over-the-limit": 25 * MB + 200 * 1024}  # the limit is 25 MB
     path.write_bytes(bytes(sizes[case]) if case in sizes else b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
+    if case == "one-sample":
+        sf.write(path, np.full(1, 0.1, dtype=np.float32), 16_000)
     fields = {"model": "whisper-9" if case == "unknown-model" else MODEL}
     if case == "long-prompt":
         fields["prompt"] = "word " * 200_000  # 1 MB of previous text
@@ -298,6 +301,8 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
     assert "Traceback" not in answer.text and str(tmp_path) not in answer.text and "/tmp" not in answer.text
     if case == "bad-file":
         assert "broken.wav" in error["message"]
+    if case == "one-sample":
+        assert error["message"] == "broken.wav is 0 ms long: too short to hold a word (at least 0.1 s)"
     if case == "just-over-the-limit":
         assert error["message"] == "The file is over the limit of 25 MB."
     if case == "long-prompt":
