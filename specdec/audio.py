@@ -11,6 +11,10 @@ Truncated files, as soundfile 0.14 / libsndfile 1.2.2 and PyAV 18 (ffmpeg 8) han
 prefix is accepted when the decoder yields one cleanly, anything else is an ``AudioError``.
 - WAV: refused when the data chunk is shorter than the header says ("the file is cut short").
 - FLAC: reading fails with "flac decoder lost sync"; this becomes an ``AudioError``.
+- MP3: libsndfile reads the frames present without a word, so a file whose first frame is a Xing/Info or
+  VBRI tag (LAME, ffmpeg and libsndfile write one, with the stream's frame count) is refused when it
+  decodes to less than that count; without such a tag the length is only estimated from the file's size,
+  and a cut file is read as its prefix. (An ID3 TLEN, in milliseconds and rarely written, is not read.)
 - OGG/Vorbis: depending on where it is cut, the file fails to open ("malformed"), decodes to zero samples
   (an ``AudioError``), or decodes to its readable prefix (accepted).
 - MP4/M4A/MOV: an ``AudioError`` either way: the index ("moov") written at the end is lost, or, written
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +38,9 @@ from specdec import media
 
 SAMPLE_RATE = 16_000
 MAX_SECONDS = 30.0  # one Whisper window: the limit of short-form decoding
+# The shortest audio decoded: a spoken syllable takes about 0.1 s or more, and Whisper given less (a
+# 1-sample WAV) still answers a word it made up, sure of it (" you"). See docs/usage.md.
+MIN_SECONDS = 0.1
 MAX_LONG_SECONDS = 4 * 3600.0  # long-form decoding (specdec.longform): a sane upper bound
 BLOCK_FRAMES = 1 << 16  # frames read from a file at a time, so that it is never decoded whole
 MAX_ARRAY_CHANNELS = 8  # an array with more "channels" than this has most likely been passed transposed
@@ -41,6 +48,7 @@ UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's frame count for a file whose header d
 # A WAV data size at or above this is a streaming writer's placeholder, not a length: 0xFFFFFFFF (ffmpeg),
 # 0x7FFFF000 (sox), 0x7FFFFFFF (arecord). A cut-off WAV with over 2 GiB of data is read as its prefix.
 WAV_PLACEHOLDER_SIZE = 0x7FFFF000
+MPEG_FRAME_SAMPLES = 1152  # one MPEG audio frame: the shortfall below a promised length still taken
 
 AudioSource = str | os.PathLike | np.ndarray | tuple[int, np.ndarray]
 
@@ -111,13 +119,22 @@ def _read_file(path: Path, max_seconds: float | None) -> np.ndarray:
         return _read_media(name, max_seconds, "its header does not record its length")
     if frames is not None:  # reject long files from the header, before decoding them into memory
         _check_duration(name, frames, info.samplerate, max_seconds)
+    promised = _length_promised(info.format, path)
     try:
         with sf.SoundFile(name) as audio_file:
-            blocks = audio_file.blocks(BLOCK_FRAMES, dtype="float32", always_2d=True)
-            return _blocks_to_whisper_input(name, blocks, info.samplerate, frames, max_seconds)
+            blocks = _read_blocks(audio_file)
+            return _blocks_to_whisper_input(name, blocks, info.samplerate, frames, max_seconds, promised)
     except (sf.SoundFileError, RuntimeError, OSError) as err:
         reason = _reason(err)
         raise AudioError(f"{name}: could not decode audio; truncated or corrupt? ({reason})") from err
+
+
+def _read_blocks(audio_file: sf.SoundFile) -> Iterator[np.ndarray]:
+    """The file's (frames, channels) float32 blocks, each as long as what was read: `SoundFile.blocks`
+    counts the blocks from the header and yields whole ones, stale samples after a file's end included,
+    where the file holds less than its header says (a cut-off MP3)."""
+    while len(block := audio_file.read(BLOCK_FRAMES, dtype="float32", always_2d=True)):
+        yield block
 
 
 def _read_media(name: str, max_seconds: float | None, soundfile_reason: str) -> np.ndarray:
@@ -146,13 +163,15 @@ def _blocks_to_whisper_input(
     rate: int,
     expected_frames: int | None,
     max_seconds: float | None,
+    promised: bool = False,
 ) -> np.ndarray:
     """(frames, channels) blocks at the file's rate -> one 16 kHz mono float32 array.
 
     Never more than one block at the file's own rate is in memory besides the output: each block is
     downmixed and fed to a streaming resampler (the same samples as resampling the whole file at once).
     A file longer than max_seconds is refused as soon as a block goes past it (its header may not say:
-    expected_frames is None)."""
+    expected_frames is None); promised: expected_frames is an exact count, and a file that holds less is
+    cut short."""
     resampler = None
     if rate != SAMPLE_RATE:
         resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
@@ -166,6 +185,11 @@ def _blocks_to_whisper_input(
             _check_duration(name, num_frames, rate, max_seconds, at_least=True)
         mono = _downmix(name, block)
         output.append(mono if resampler is None else resampler.resample_chunk(mono))
+    if promised and expected_frames is not None and num_frames < expected_frames - MPEG_FRAME_SAMPLES:
+        raise AudioError(
+            f"{name}: the file is cut short: its header promises {expected_frames / rate:.2f} s of audio "
+            f"but it holds {num_frames / rate:.2f} s"
+        )
     _check_duration(name, num_frames, rate, max_seconds)
     if resampler is not None:
         output.append(resampler.resample_chunk(np.zeros(0, np.float32), last=True))
@@ -243,6 +267,35 @@ def _check_wav_complete(name: str, path: Path) -> bool:
     return True
 
 
+def _length_promised(file_format: str, path: Path) -> bool:
+    """The header's frame count is exact, so a file that decodes to less is cut short: FLAC's STREAMINFO,
+    and an MP3's frame count in a Xing/Info or VBRI tag (without one, libsndfile estimates it)."""
+    return file_format == "FLAC" or (file_format == "MP3" and _mp3_counts_frames(path))
+
+
+def _mp3_counts_frames(path: Path) -> bool:
+    """The MP3's first frame (after an ID3v2 tag) is a Xing/Info tag with its frame-count flag, or VBRI."""
+    with path.open("rb") as file:
+        head = file.read(10)
+        start = 0
+        if head[:3] == b"ID3" and len(head) == 10:  # its size: four 7-bit bytes, then a footer if flagged
+            start = 10 + (
+                (head[6] & 0x7F) << 21 | (head[7] & 0x7F) << 14 | (head[8] & 0x7F) << 7 | head[9] & 0x7F
+            )
+            start += 10 if head[5] & 0x10 else 0
+        file.seek(start)
+        data = file.read(4096)
+    sync = next((i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] & 0xE0 == 0xE0), None)
+    if sync is None or len(data) < sync + 44:
+        return False
+    frame = data[sync:]
+    mpeg1, mono = (frame[1] >> 3) & 3 == 3, frame[3] >> 6 == 3
+    side_info = (17 if mono else 32) if mpeg1 else (9 if mono else 17)
+    tag = frame[4 + side_info : 12 + side_info]
+    counted = tag[:4] in (b"Xing", b"Info") and int.from_bytes(tag[4:8], "big") & 1
+    return bool(counted) or frame[36:40] == b"VBRI"
+
+
 def _reason(err: Exception) -> str:
     """libsndfile's own message without the "Error opening '<path>': " prefix. Its MPEG reader answers
     a file named .mp3 that is not one with "File does not exist or is not a regular file" (the file was
@@ -293,6 +346,10 @@ def _check_duration(
     if num_samples == 0:
         raise AudioError(f"{name}: contains no audio samples")
     seconds = num_samples / rate
+    if seconds < MIN_SECONDS and not at_least:
+        raise AudioError(
+            f"{name} is {seconds * 1000:.0f} ms long: too short to hold a word (at least {MIN_SECONDS:g} s)"
+        )
     length = f"{'over ' if at_least else ''}{seconds:.1f} s"
     # A limit other than one window's (an app's, MAX_LONG_SECONDS) is a plain limit: name it.
     if max_seconds is not None and seconds > max_seconds != MAX_SECONDS:

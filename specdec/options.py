@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,19 @@ NO_SPEECH_NEEDS_LOGPROB = (
     "no_speech_threshold needs logprob_threshold too: a window is judged no speech by both "
     "(Whisper's values: no_speech_threshold=0.6, logprob_threshold=-1.0)"
 )
+
+
+# The least temperature that samples: scores / temperature stays finite in float32 for any logit up to
+# 3e36 (a smaller one overflows them and the sampling probabilities turn to NaN), and below it sampling is
+# greedy in all but name (a token 0.1 logit behind the best is e^10 times less likely). See docs/usage.md.
+MIN_TEMPERATURE = 0.01
+
+
+def check_temperature(temperature: float) -> None:
+    """0 (greedy), or a finite number from MIN_TEMPERATURE up (ValueError otherwise)."""
+    is_number = isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
+    if not (is_number and (temperature == 0 or MIN_TEMPERATURE <= temperature < math.inf)):
+        raise ValueError(f"temperature must be 0 (greedy) or a finite number from {MIN_TEMPERATURE} up")
 
 
 def check_long_form(long_form: str) -> None:
@@ -61,8 +75,7 @@ class DecodeOptions:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, not {self.task!r}")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        check_temperature(self.temperature)
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
         if self.num_draft_tokens < 0:

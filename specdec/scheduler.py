@@ -22,6 +22,13 @@ is what that target pass accepted.
 
 A request whose `stop` event is set leaves at the next step (its future raises `Cancelled`); `max_rows`
 requests decode at once, the others wait in arrival order.
+
+One request's failure is its own. A problem found before it joins (a language the target lacks) fails it
+alone; a step that raises cannot say which row it came from, so the requests it held decode again from
+their start, apart from everyone else, in halves (a half that fails again is halved again, a request that
+fails alone gets the error): the one at fault fails alone, the others get exactly their own outputs, only
+later (a sampled request draws its samples anew), and no request that arrives meanwhile joins until they
+are through.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from specdec.engine.draft_length import DraftLength, LoadAwareDraftLength
 from specdec.engine.windows import WindowBatch
 from specdec.longform.sequential import clip_decoding, report_segment
 from specdec.options import DecodeOptions, TranscribeOptions
-from specdec.whisper.tokens import language_token_id
+from specdec.whisper.tokens import check_previous_text, language_token_id
 
 logger = logging.getLogger("specdec.scheduler")
 MAX_ROWS = 16  # requests decoding at once; the others wait for a row
@@ -87,6 +94,8 @@ class Scheduler:
         self._arrivals: list[_Request] = []
         self._scheduled = False  # a step is queued or running
         self._joined: list[_Request] = []  # (the batch's thread only)
+        self._suspects: list[list[_Request]] = []  # groups that were in a failed step, to decode again apart
+        self._apart = False  # the batch decodes one such group, and nobody else joins it
 
     def submit(
         self,
@@ -114,9 +123,9 @@ class Scheduler:
 
     @property
     def waiting(self) -> int:
-        """Requests that have not joined the batch yet."""
+        """Requests that have not joined the batch yet (or wait to decode again after a failed step)."""
         with self._guard:
-            return len(self._arrivals)
+            return len(self._arrivals) + sum(len(group) for group in self._suspects)
 
     @property
     def decoding(self) -> int:
@@ -133,10 +142,10 @@ class Scheduler:
             self._tell_settled(finished)
             for clip in finished:
                 self._answer(clip)
-        except BaseException as error:  # noqa: BLE001 - every request that was decoding is told why
-            self._fail_all(error)
+        except BaseException as error:  # noqa: BLE001 - the request at fault is found and told why
+            self._step_failed(error)
         with self._guard:
-            self._scheduled = bool(self._arrivals or self.batch.busy)
+            self._scheduled = bool(self._arrivals or self._suspects or self.batch.busy)
             again = self._scheduled
         if again:
             self.executor.submit(self._run)
@@ -144,10 +153,22 @@ class Scheduler:
             self.on_idle()
 
     def _join_arrivals(self) -> None:
+        """Arrivals join while there is room; a group of suspects (`_step_failed`) joins an empty batch
+        alone, and nobody joins until it has left."""
+        if self._apart and self._joined:
+            return
+        self._apart = bool(self._suspects)
+        if self._apart:
+            self._join(self._suspects.pop(0))
+            return
         with self._guard:
             room = max(self.max_rows - len(self._joined), 0)
             arrivals, self._arrivals = self._arrivals[:room], self._arrivals[room:]
-        for request in arrivals:
+        self._join(arrivals)
+
+    def _join(self, requests: list[_Request]) -> None:
+        """The requests' decodings from their start, into the batch (a request's own problem fails it)."""
+        for request in requests:
             if request.stop.is_set():
                 request.future.set_exception(Cancelled("stopped before it started"))
                 continue
@@ -161,11 +182,13 @@ class Scheduler:
             self.batch.join([request.clip])
 
     def _clip(self, request: _Request) -> ClipDecoding:
-        """The request's decoding, its problems (a language the target lacks) found before it joins."""
+        """The request's decoding, its problems (a language the target lacks, a control token in its previous
+        text) found before it joins."""
         pair, options = self.whisper.pair, request.options
         config = pair.target.model.generation_config
         if options.language is not None and getattr(config, "is_multilingual", False):
             language_token_id(config, options.language)
+        check_previous_text(config, options.prompt_ids)
         if longform.is_long(request.waveform) and (options.long_form != "sequential" or options.skip_silence):
             raise ValueError("requests decode long audio sequentially here (no chunks, no skipped silence)")
         return clip_decoding(pair, request.waveform, options, options.speculative)
@@ -179,9 +202,14 @@ class Scheduler:
     def _answer(self, clip: ClipDecoding) -> None:
         request = next(r for r in self._joined if r.clip is clip)
         self._joined.remove(request)
-        result = clip.result(self.whisper.pair.target.model.generation_config)
-        seconds = len(request.waveform) / SAMPLE_RATE
-        request.future.set_result(self.whisper.transcription(request.name, result, seconds))
+        try:
+            result = clip.result(self.whisper.pair.target.model.generation_config)
+            seconds = len(request.waveform) / SAMPLE_RATE
+            transcription = self.whisper.transcription(request.name, result, seconds)
+        except Exception as error:  # noqa: BLE001 - this request's own problem, told to it alone
+            request.future.set_exception(error)
+            return
+        request.future.set_result(transcription)
 
     def _tell_settled(self, finished: list[ClipDecoding]) -> None:
         """Each following request whose settled output grew in this step is told (a finished one too, before
@@ -204,13 +232,19 @@ class Scheduler:
         if request is not None and request.options.progress is not None and not clip.done:
             report_segment(request.options.progress, clip, len(request.waveform) / SAMPLE_RATE)
 
-    def _fail_all(self, error: BaseException) -> None:
-        """A step failed: every request in the batch gets the error, and the batch starts afresh."""
-        for request in self._joined:
-            if not request.future.done():
-                request.future.set_exception(error)
+    def _step_failed(self, error: BaseException) -> None:
+        """A step raised: the batch starts afresh. A request that was alone in it gets the error; several
+        are suspects, decoded again from their start in two halves, each apart from everyone else."""
+        held = [request for request in self._joined if not request.future.done()]
         self._joined = []
         self.batch = WindowBatch(self.whisper.pair, on_window=self._on_window, policy=self.batch.policy)
+        if len(held) <= 1:
+            for request in held:
+                request.future.set_exception(error)
+            return
+        logger.warning("a step of %d requests failed; they decode again, apart", len(held), exc_info=error)
+        half = len(held) // 2
+        self._suspects[:0] = [held[:half], held[half:]]
 
 
 def chained(future: Future, then: Callable) -> Future:

@@ -89,16 +89,18 @@ def test_a_long_reference_shows_a_bounded_alignment(client):
         ("seed", 1e300, "seed must be a whole number from 0 to 4294967295"),
         ("timestamps", "false", "timestamps must be true or false"),
         ("language", "x" * 100_000, "Unknown language 'xxxxxxxxxxxxxxxxxxxxxxxx'…"),
+        ("temperature", 1e-40, "temperature must be 0 (greedy) or a finite number from 0.01 up"),
     ],
-    ids=["seed-2**64", "seed-1e300", "timestamps-string", "language-100k"],
+    ids=["seed-2**64", "seed-1e300", "timestamps-string", "language-100k", "temperature-1e-40"],
 )
 def test_bad_values_are_short_clear_errors_logged_in_one_line(client, capfd, field, value, message):
-    settings = dict(zip(("language", "task", "timestamps"), COMPARE[:3], strict=True)) | {"seed": 0}
-    settings[field] = value
+    settings = dict(zip(("language", "task", "timestamps"), COMPARE[:3], strict=True))
+    settings |= {"seed": 0, "temperature": 0.0, field: value}
     with pytest.raises(Exception) as raised:
         client.predict(
             handle_file(str(CLIP)), SHARED_DRAFT, settings["language"], settings["task"],
-            settings["timestamps"], "fixed", 4, 0.0, settings["seed"], "sequential", api_name="/transcribe",
+            settings["timestamps"], "fixed", 4, settings["temperature"], settings["seed"], "sequential",
+            api_name="/transcribe",
         )  # fmt: skip
     assert message in str(raised.value) and len(str(raised.value)) < 400
     assert "Traceback" not in capfd.readouterr().err
@@ -145,6 +147,13 @@ def test_a_refused_upload_is_deleted(client, tmp_path):
         client.predict(handle_file(str(bad)), SHARED_DRAFT, api_name="/transcribe")
     assert not list(app.GRADIO_CACHE.rglob("refused-upload.wav"))
     assert app.UPLOAD_CACHE  # and everything else ages out of Gradio's cache (delete_cache)
+
+
+def test_audio_too_short_to_hold_a_word_is_refused_on_the_page(client, tmp_path):
+    one = tmp_path / "one-sample.wav"
+    sf.write(one, np.full(1, 0.1, dtype=np.float32), 16_000)
+    with pytest.raises(Exception, match="one-sample.wav is 0 ms long: too short to hold a word"):
+        client.predict(handle_file(str(one)), SHARED_DRAFT, api_name="/transcribe")
 
 
 def test_twenty_concurrent_clients_get_their_serial_answer_or_a_clear_queue_full(app_url, client):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import soundfile as sf
 
 from specdec.audio import MAX_SECONDS, SAMPLE_RATE, AudioError, load_audio
+
+ASSETS = Path(__file__).parent.parent / "assets"
 
 
 def sine(freq: float, seconds: float, rate: int, amplitude: float = 0.5) -> np.ndarray:
@@ -179,6 +182,43 @@ def test_a_cut_off_wav_is_refused_saying_how_much_is_missing(tmp_path: Path) -> 
     assert "promises 18000.00 s of audio but it holds 0.00 s" in error_message(path, max_seconds=None)
 
 
+def mp3(path: Path, samples: np.ndarray, rate: int, writer: str) -> Path:
+    """An MP3 with the stream's frame count in its first frame: libsndfile writes a Xing tag, ffmpeg
+    (PyAV's libmp3lame) an ID3v2 tag and then an Info tag."""
+    if writer == "soundfile":
+        return write(path, samples, rate, format="MP3")
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream("libmp3lame", rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(samples[None, :], format="flt", layout="mono")
+        frame.sample_rate = rate
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("writer", ["soundfile", "pyav"])
+def test_a_cut_off_mp3_is_refused_saying_how_much_is_missing(tmp_path: Path, writer: str) -> None:
+    """libsndfile reads the frames present without a word, as with WAV; the tag's frame count says what
+    the whole file held."""
+    path = mp3(tmp_path / "cut.mp3", sine(440, 3.0, SAMPLE_RATE), SAMPLE_RATE, writer)
+    assert abs(len(load_audio(path)) - 3 * SAMPLE_RATE) < 1152  # whole: read as it is
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    assert error_message(path).startswith(
+        f"{path}: the file is cut short: its header promises 3.00 s of audio but it holds 0."
+    )
+
+
+def test_a_third_of_a_speech_mp3_is_refused(tmp_path: Path) -> None:
+    samples, rate = sf.read(ASSETS / "en-jfk.flac", dtype="float32")
+    path = write(tmp_path / "jfk.mp3", samples, rate, format="MP3")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+    assert "the file is cut short: its header promises 11.00 s of audio but it holds 3." in error_message(
+        path
+    )
+
+
 def test_a_wav_of_unknown_length_is_read_whole(tmp_path: Path) -> None:
     """A recorder that never went back to write the sizes leaves 0xFFFFFFFF: not a cut-off file."""
     path = write(tmp_path / "streamed.wav", sine(440, 1.0, SAMPLE_RATE), SAMPLE_RATE)
@@ -204,13 +244,21 @@ def test_too_long_array() -> None:
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_nan_or_inf_array(bad: float) -> None:
-    samples = np.zeros(1_000, dtype=np.float32)
+    samples = np.zeros(2_000, dtype=np.float32)
     samples[500] = bad
     assert "NaN or infinite" in error_message(samples, sample_rate=SAMPLE_RATE)
 
 
 def test_array_without_sample_rate() -> None:
     assert "sample_rate is required" in error_message(np.zeros(100, dtype=np.float32))
+
+
+def test_audio_too_short_to_hold_a_word_is_refused(tmp_path: Path) -> None:
+    """A 1-sample WAV decoded to " you"; under 0.1 s nothing is decoded, from a file or an array."""
+    path = write(tmp_path / "one.wav", np.full(1, 0.1, dtype=np.float32), SAMPLE_RATE)
+    assert error_message(path) == f"{path} is 0 ms long: too short to hold a word (at least 0.1 s)"
+    assert "is 50 ms long: too short" in error_message(np.zeros(800, np.float32), sample_rate=SAMPLE_RATE)
+    assert len(load_audio(np.zeros(1600, np.float32), sample_rate=SAMPLE_RATE)) == 1600
 
 
 def test_empty_array() -> None:

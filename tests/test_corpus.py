@@ -9,6 +9,7 @@ the store, what a rerun reuses, the stderr filter, the resource plan) are tested
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import pytest
 import soundfile as sf
 
 from specdec import cli
+from specdec.corpus import watchdog
 from specdec.corpus.inputs import CorpusItem, content_hash, list_inputs
 from specdec.corpus.pipeline import FAULT_KILL_ACTOR_ENV, plan_resources
 from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
@@ -150,6 +152,41 @@ def resumed_run(ray_address, demo_models, tmp_path_factory):
         "parts": list((out / "rows").glob("part-*.jsonl")),
         "actor_killed": marker.exists(),
     }
+
+
+@pytest.mark.slow  # a CLI subprocess that starts its own Ray, killed mid-run: CI runs it
+def test_a_killed_run_that_started_ray_leaves_no_ray_process_behind(demo_models, tmp_path):
+    """`kill -9` of a run that started Ray itself: every process it had started (Ray's GCS, raylet,
+    agents and workers) ends (the raylet's agents lived on, orphaned, before `corpus.watchdog`)."""
+    noise_clips(tmp_path / "in", [1.0, 1.5, 1.0, 2.0, 1.0, 1.5], seed=2)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "specdec", "corpus", str(tmp_path / "in"), "--out", str(out),
+        "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
+        "--language", "en", "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", "1",
+        "--threads-per-worker", "1",
+    ]  # fmt: skip
+    alone = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}  # its own Ray
+    driver = subprocess.Popen(command, cwd=ROOT, env=alone, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started: dict[int, int] = {}  # every process it started: id -> start time
+    deadline = time.monotonic() + 300
+    while not list((out / "rows").glob("part-*.jsonl")) and driver.poll() is None:
+        assert time.monotonic() < deadline, "no row written in 300 s"
+        started.update(watchdog.descendants(driver.pid))
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGKILL)
+    stderr = driver.communicate()[1].decode()
+    assert driver.returncode == -signal.SIGKILL, f"the run ended before it was killed: {stderr}"
+    assert len(started) > 3, "Ray's processes were seen"
+    deadline = time.monotonic() + 60
+    while left := [pid for pid, start in started.items() if watchdog.start_time(pid) == start]:
+        if time.monotonic() > deadline:
+            names = [(Path("/proc") / str(pid) / "comm").read_text().strip() for pid in left]
+            for pid in left:  # the test's own leftovers
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"still running a minute after the run was killed: {names}")
+        time.sleep(0.2)
 
 
 @pytest.mark.slow  # real models in a fresh actor: CI runs it; -m 'not slow' skips it

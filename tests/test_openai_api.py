@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import json
 import socket
 import time
+import urllib.parse
 from pathlib import Path
 
 import httpx
@@ -23,6 +25,7 @@ import webvtt
 from gradio_client import Client, handle_file
 
 import app
+from specdec.app import openai_api
 from specdec.app import store as stores
 from specdec.engine import cancel
 
@@ -98,6 +101,96 @@ def test_verbose_json_gives_segments_and_the_speculative_statistics(server):
 
 
 @pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client marks translations.create
+def test_a_long_non_ascii_file_name_is_cut_to_what_a_file_system_takes(server, page_text):
+    """86 characters of 3 bytes each are 258 bytes, past the 255 of a file name: the upload is kept under
+    a shorter name, on both doors, and an error names the file by it."""
+    name = "日" * 86 + ".wav"
+    answer = httpx.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": (name, CLIP.read_bytes())},
+        data={"model": MODEL, "language": "en"},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert answer.status_code == 200 and answer.json()["text"] == page_text
+    broken = httpx.post(
+        f"{server}/v1/audio/transcriptions",
+        files={"file": (name, b"RIFF\x00\x00\x00\x00WAVEfmt garbage")},
+        data={"model": MODEL},
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert broken.status_code == 400 and "日日日" in broken.json()["error"]["message"]
+    files = {"files": (name, CLIP.read_bytes())}
+    uploaded = httpx.post(f"{server}/gradio_api/upload", files=files, timeout=60)
+    assert uploaded.status_code == 200  # the page's door: Gradio's upload cache cuts it too (200 bytes)
+    (path,) = uploaded.json()
+    assert Path(path).name.startswith("日日日") and len(Path(path).name.encode()) <= 255
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/nothing-here", 404, "unknown_url"),
+        ("POST", "/v1/chat/completions", 404, "unknown_url"),
+        ("GET", "/v1/audio/transcriptions", 405, "method_not_allowed"),
+        ("DELETE", "/v1/models", 405, "method_not_allowed"),
+    ],
+)
+def test_other_paths_and_methods_answer_openai_errors_after_the_key(server, method, path, status, code):
+    unkeyed = httpx.request(method, server + path, timeout=30)
+    assert unkeyed.status_code == 401 and unkeyed.json()["error"]["code"] == "invalid_api_key"
+    keyed = httpx.request(method, server + path, headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert keyed.status_code == status
+    assert keyed.json() == {
+        "error": {"message": keyed.json()["error"]["message"], "type": "invalid_request_error",
+                  "param": None, "code": code}
+    }  # fmt: skip
+    assert path in keyed.json()["error"]["message"]
+    if status == 405:
+        assert keyed.headers["allow"] in ("GET", "POST")
+
+
+def test_a_file_named_only_by_filename_star_is_the_file(server, page_text):
+    """RFC 5987's `filename*=UTF-8''...` alone (RFC 7578 says not to send it; some clients do) names the
+    file part: it is read as the file, under its decoded name, not as a text field over 64 KB."""
+    boundary = "specdec-boundary"
+    name = "日本語 clip.wav".encode()
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="language"\r\n\r\nen\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f"filename*=UTF-8''{urllib.parse.quote(name)}\r\nContent-Type: audio/wav\r\n\r\n".encode(),
+        CLIP.read_bytes(),
+        f"\r\n--{boundary}--\r\n".encode(),
+    ]
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": f"multipart/form-data; boundary={boundary}"}
+    url = f"{server}/v1/audio/transcriptions"
+    answer = httpx.post(url, content=b"".join(parts), headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["text"] == page_text
+
+
+def test_a_stalled_upload_is_answered_408_and_let_go(server, monkeypatch):
+    """A client that sends part of its body and then nothing: answered 408 once it has paused longer than
+    the limit (shortened here), its connection closed; the server goes on serving."""
+    monkeypatch.setattr(openai_api, "UPLOAD_IDLE_SECONDS", 0.5)
+    url = httpx.URL(f"{server}/v1/audio/transcriptions")
+    head = (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\nAuthorization: Bearer {KEY}\r\n"
+        "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n"
+    )
+    with socket.create_connection((url.host, url.port), timeout=30) as client:
+        client.sendall(head.encode() + b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\n')
+        answer = b""
+        while chunk := client.recv(65536):  # until the server closes the connection
+            answer += chunk
+    status, _, body = answer.partition(b"\r\n")[0], None, answer.partition(b"\r\n\r\n")[2]
+    assert status.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+    assert api(server).models.list().data  # still serving
+
+
 def test_translations_are_the_targets_translate_task(server):
     """POST /v1/audio/translations through the official client: the target's translate task, token for token
     the target alone's (compare=true) and the Python API's with task="translate"."""
@@ -169,6 +262,8 @@ MB = 1024 * 1024
         ("wrong-key", 401, "invalid_api_key", None),
         ("no-key", 401, "invalid_api_key", None),
         ("stream-and-compare", 400, None, "stream"),
+        ("tiny-temperature", 400, None, "temperature"),  # would overflow the sampling of the whole batch
+        ("one-sample", 400, "invalid_file", "file"),  # too short to hold a word (Whisper said " you")
     ],
 )
 def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
@@ -177,11 +272,15 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
     path = tmp_path / "broken.wav"
     sizes = {"oversize": 26 * MB, "just-over-the-limit": 25 * MB + 200 * 1024}  # the limit is 25 MB
     path.write_bytes(bytes(sizes[case]) if case in sizes else b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
+    if case == "one-sample":
+        sf.write(path, np.full(1, 0.1, dtype=np.float32), 16_000)
     fields = {"model": "whisper-9" if case == "unknown-model" else MODEL}
     if case == "long-prompt":
         fields["prompt"] = "word " * 200_000  # 1 MB of previous text
     if case == "stream-and-compare":
         fields.update(stream="true", compare="true")
+    if case == "tiny-temperature":
+        fields["temperature"] = "1e-40"
     headers = {"Authorization": "Bearer nope"} if case == "wrong-key" else {}
     if case != "no-key":
         headers.setdefault("Authorization", f"Bearer {KEY}")
@@ -202,6 +301,8 @@ def test_errors_are_openai_error_objects_and_the_server_keeps_serving(
     assert "Traceback" not in answer.text and str(tmp_path) not in answer.text and "/tmp" not in answer.text
     if case == "bad-file":
         assert "broken.wav" in error["message"]
+    if case == "one-sample":
+        assert error["message"] == "broken.wav is 0 ms long: too short to hold a word (at least 0.1 s)"
     if case == "just-over-the-limit":
         assert error["message"] == "The file is over the limit of 25 MB."
     if case == "long-prompt":

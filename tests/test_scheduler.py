@@ -10,6 +10,9 @@ and the real CPU default pair on the assets, a minute of English among them and 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import logging
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from test_batching import BATCH
 
 from specdec.api import SpeculativeWhisper
 from specdec.audio import MAX_LONG_SECONDS, load_audio
 from specdec.engine.cancel import Cancelled
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import MIN_TEMPERATURE, DecodeOptions, TranscribeOptions
 from specdec.scheduler import Scheduler
+from specdec.whisper.logits import LogitsPipeline
 
 ASSETS = Path(__file__).parent.parent / "assets"
 GREEDY = DecodeOptions(max_new_tokens=24)
@@ -85,6 +90,52 @@ def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):
         bad.result(120)
     for name, future in zip(("en-weather", "de-bahnhof"), good, strict=True):
         assert future.result(120).token_ids == alone(shared_pair, name, GREEDY, True)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailingRowOptions(TranscribeOptions):
+    """Test double: a request whose row decodes a few steps in the shared batch, then raises inside the
+    batch's step, where no row is named (as a row whose sampling distribution overflowed did)."""
+
+    reads: itertools.count = dataclasses.field(default_factory=itertools.count, compare=False)
+
+    @property
+    def sampling(self) -> bool:
+        if next(self.reads) >= 3:
+            raise RuntimeError("planted: this row cannot be decoded")
+        return False
+
+
+def test_a_row_failing_inside_the_batch_step_fails_its_request_alone(shared_pair, caplog):
+    """Four good requests and one whose row raises mid-decoding, in one batch: the bad one gets its error,
+    each good one exactly its own output (decoded again, apart from the one at fault)."""
+    scheduler = Scheduler(shared_pair)
+    names = ("en-weather", "de-bahnhof", "long", "bursts-9s")
+    good = [scheduler.submit(waveform(name), GREEDY, name) for name in names]
+    bad = scheduler.submit(BATCH["en-weather"], FailingRowOptions(max_new_tokens=24), "bad")
+    with caplog.at_level(logging.WARNING, "specdec.scheduler"):
+        with pytest.raises(RuntimeError, match="planted"):
+            bad.result(120)
+        for name, future in zip(names, good, strict=True):
+            assert future.result(120).token_ids == alone(shared_pair, name, GREEDY, True), f"{name} differs"
+    assert "decode again, apart" in caplog.text  # the failure came inside a shared step
+    assert scheduler.decoding == 0 and scheduler.waiting == 0
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-38, 0.005, -0.5, math.nan, math.inf])
+def test_a_temperature_that_would_overflow_the_sampling_is_refused(temperature):
+    with pytest.raises(ValueError, match="temperature must be 0 .greedy. or a finite number from 0.01 up"):
+        DecodeOptions(temperature=temperature)
+
+
+def test_the_least_temperature_samples_from_finite_probabilities(shared_pair):
+    """At MIN_TEMPERATURE the largest logits a float16 model gives still make a distribution (at 1e-40
+    they overflow to NaN, which failed the whole batch)."""
+    config = shared_pair.pair.target.model.generation_config
+    pipeline = LogitsPipeline(config, 3, False, temperature=MIN_TEMPERATURE)
+    scores = torch.tensor([[65504.0, 65000.0, -65504.0, -math.inf]]).repeat_interleave(4, dim=1)
+    probs = pipeline.probs(scores)
+    assert torch.isfinite(probs).all() and probs.sum().item() == pytest.approx(1.0)
 
 
 def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_models):

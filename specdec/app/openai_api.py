@@ -16,11 +16,13 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
 import tempfile
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -29,7 +31,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.formparsers import MultiPartException, MultiPartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute
 from starlette.types import Message
@@ -41,8 +43,13 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError
 
 MAX_FIELD_BYTES = 64 * 1024  # each form field beside the file (a prompt's last 223 tokens need far less)
 FORM_ROOM = 256 * 1024  # request bytes allowed beyond the file: the other fields and the multipart framing
+MAX_NAME_BYTES = 200  # an upload's file name on disk, as Gradio cuts the page's (file systems take 255)
+MAX_EXTENSION_BYTES = 16
 RETRY_AFTER_SECONDS = 10
 DISCONNECT_POLL_SECONDS = 0.25
+UPLOAD_IDLE_SECONDS = 20.0  # longest pause in an upload's body before it is refused (408)
+UPLOAD_SECONDS = 300.0  # longest an upload's whole body may take: 25 MB at about 0.7 Mbit/s
+ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 logger = logging.getLogger("specdec.app")
 T = TypeVar("T")
 
@@ -74,6 +81,26 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
     async def translations(request: Request) -> Response:
         """Whisper's translate task: the speech in English, the same fields, formats, limits and errors."""
         return await _answer(request, "translate")
+
+    known = list(router.routes)
+
+    @router.api_route("/{path:path}", methods=ALL_METHODS, include_in_schema=False)
+    async def elsewhere(request: Request, path: str) -> Response:
+        """Any other path or method under /v1: OpenAI's error object (the key checked first), not FastAPI's
+        `{"detail": ...}`."""
+        try:
+            _check_key(request, api_key)
+        except ApiError as error:
+            return error.response()
+        asked = f"{request.method} {request.url.path[:100]}"
+        match = request.scope["path"]
+        allowed = sorted({m for route in known if route.path_regex.match(match) for m in route.methods})
+        if allowed:
+            message = f"Invalid method ({asked}); this path takes {', '.join(allowed)}."
+            return ApiError(
+                405, message, code="method_not_allowed", headers={"Allow": ", ".join(allowed)}
+            ).response()
+        return ApiError(404, f"Invalid URL ({asked}).", code="unknown_url").response()
 
     async def _answer(request: Request, task: str) -> Response:
         with tempfile.TemporaryDirectory(prefix="specdec-api-") as folder:
@@ -143,12 +170,25 @@ async def _read_form(
             raise ApiError(400, "Send the audio as the multipart file field 'file'.", "file")
         if upload.size is not None and upload.size > max_file_size:
             raise too_large  # within the room left for the other fields, but over the file's own limit
-        name = re.sub(r"[^\w.\- ]", "_", Path(upload.filename or "").name).strip(" .")[:100] or "audio"
-        asked = openai_schema.asked(form, store, str(folder / name), task)  # error messages name the file
+        audio = str(folder / upload_name(upload.filename))  # error messages name the file by it
+        asked = openai_schema.asked(form, store, audio, task)
         await run_in_threadpool(_save, upload, asked.request.audio)
         return asked
     finally:
         await form.close()
+
+
+def upload_name(filename: str | None) -> str:
+    """The client's file name as the upload's name on disk (and in error messages): letters, digits and
+    `.-_ ` kept, at most MAX_NAME_BYTES in UTF-8 (a file system takes 255 bytes, not characters), cut
+    between characters, its extension kept."""
+    name = re.sub(r"[^\w.\- ]", "_", Path(filename or "").name).strip(" .")
+    stem, extension = os.path.splitext(name)
+    if len(extension.encode()) > MAX_EXTENSION_BYTES:
+        stem, extension = name, ""
+    room = MAX_NAME_BYTES - len(extension.encode())
+    stem = stem.encode()[:room].decode(errors="ignore").rstrip(" .")
+    return stem + extension if stem else "audio" + extension
 
 
 async def _parsed(request: Request) -> FormData:
@@ -158,7 +198,7 @@ async def _parsed(request: Request) -> FormData:
         raise ApiError(
             400, "Send a multipart/form-data body, with the audio as its file field 'file'.", "file"
         )
-    parser = MultiPartParser(
+    parser = _FormParser(
         request.headers, request.stream(), max_files=1, max_fields=32, max_part_size=MAX_FIELD_BYTES
     )
     try:
@@ -173,19 +213,60 @@ async def _parsed(request: Request) -> FormData:
         raise ApiError(400, "The body ended before the form did.") from None
 
 
+class _FormParser(MultiPartParser):
+    """Starlette's parser, which also takes a part named only through `filename*=UTF-8''...` (RFC 5987:
+    RFC 7578 tells senders not to use it, some do) as the file it is, not as a text field."""
+
+    def on_headers_finished(self) -> None:
+        part = self._current_part
+        name = _extended_filename(part.content_disposition)
+        if name is not None and b"filename" not in parse_options_header(part.content_disposition)[1]:
+            plain = re.sub(r'["\\\r\n]', "_", name)  # the name as a plain parameter, which is read next
+            part.content_disposition += b'; filename="' + plain.encode() + b'"'
+        super().on_headers_finished()
+
+
+def _extended_filename(disposition: bytes | None) -> str | None:
+    """The file name of a `filename*=charset'language'percent-encoded` parameter, None without one."""
+    found = re.search(rb"(?:^|;)\s*filename\*\s*=\s*([^;]*)", disposition or b"", re.IGNORECASE)
+    if found is None:
+        return None
+    charset, _, rest = found.group(1).strip().strip(b'"').decode("latin-1").partition("'")
+    encoded = rest.partition("'")[2]
+    try:
+        return urllib.parse.unquote(encoded, encoding=charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return urllib.parse.unquote(encoded, errors="replace")
+
+
 def _capped(request: Request, limit: int, too_large: ApiError) -> Request:
-    """The request, its body cut off past `limit` bytes whatever its headers say (a chunked upload)."""
+    """The request, its body cut off past `limit` bytes whatever its headers say (a chunked upload), and
+    refused (408) when no byte comes for UPLOAD_IDLE_SECONDS or the whole body takes UPLOAD_SECONDS (a
+    stalled client would hold its connection, and what it sent, for as long as it liked)."""
     received = 0
+    deadline = time.monotonic() + UPLOAD_SECONDS
 
     async def receive() -> Message:
         nonlocal received
-        message = await request.receive()
+        wait = min(UPLOAD_IDLE_SECONDS, deadline - time.monotonic())
+        try:
+            message = await asyncio.wait_for(request.receive(), max(wait, 0))
+        except TimeoutError:
+            raise _stalled() from None
         received += len(message.get("body", b""))
         if received > limit:
             raise too_large
         return message
 
     return Request(request.scope, receive)
+
+
+def _stalled() -> ApiError:
+    message = (
+        f"The upload stalled: the body must keep coming (a pause of at most {UPLOAD_IDLE_SECONDS:g} s) "
+        f"and end within {UPLOAD_SECONDS:g} s."
+    )
+    return ApiError(408, message, "file", "request_timeout", headers={"Connection": "close"})
 
 
 def _save(upload: UploadFile, path: str) -> None:

@@ -23,8 +23,10 @@ from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, chosen_language
 from specdec.audio import SAMPLE_RATE
+from specdec.options import MIN_TEMPERATURE, check_temperature
 from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
+from specdec.whisper.tokens import text_ids
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
@@ -139,8 +141,13 @@ def _temperature(form: FormData) -> float:
         temperature = float(_text(form, "temperature") or 0)
     except ValueError:
         temperature = math.nan
+    try:
+        check_temperature(temperature)  # the options' own rule: 0, or at least MIN_TEMPERATURE
+    except ValueError:
+        temperature = math.nan
     if not 0 <= temperature <= 1:  # NaN too
-        raise ApiError(400, "temperature must be a number from 0 to 1.", "temperature")
+        message = f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE} to 1."
+        raise ApiError(400, message, "temperature")
     return temperature
 
 
@@ -241,7 +248,7 @@ def _is_path(name: str) -> bool:
 def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
     """The previous text as target ids (its last MAX_PROMPT_TOKENS), as Whisper's prompt takes it."""
     tokenizer = whisper.pair.target.processor.tokenizer
-    return tuple(tokenizer.encode(" " + prompt, add_special_tokens=False)[-MAX_PROMPT_TOKENS:])
+    return tuple(text_ids(tokenizer, " " + prompt)[-MAX_PROMPT_TOKENS:])  # control tokens' spellings as text
 
 
 def response(asked: Asked, answer: Answer) -> Response:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from specdec.corpus import watchdog
 from specdec.corpus.inputs import CorpusItem
 from specdec.corpus.pipeline import Resources, build_dataset, plan_resources
 from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
@@ -90,8 +91,9 @@ def transcribe_corpus(
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[TextIO]:
     """Ray for the length of a run: joined at address (or RAY_ADDRESS), else started here and stopped
-    after; quiet (no dashboard, workers' output kept in Ray's logs, no progress bars of Ray Data's, no
-    notice about Ray Data's own actor arguments: `quiet`). Yields the real stderr, for the run's bar."""
+    after (by `watchdog` if this process is killed first); quiet (no dashboard, workers' output kept in
+    Ray's logs, no progress bars of Ray Data's, no notice about Ray Data's own actor arguments: `quiet`).
+    Yields the real stderr, for the run's bar."""
     import ray
     import ray.data
 
@@ -100,14 +102,19 @@ def ray_session(address: str | None) -> Iterator[TextIO]:
     context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     started = not ray.is_initialized()
-    if started:  # before the filter: the processes Ray starts keep the real stderr
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    dog = watchdog.start() if started else None  # Ray's processes end with this one, even if killed
     try:
+        if started:  # before the filter: the processes Ray starts keep the real stderr
+            quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+            ray.init(address=address, **quiet)
         with stderr_without(RAY_DATA_ACTOR_NOTICE) as stderr:
             yield stderr
     finally:
         if started:
             ray.shutdown()
+        if dog is not None:
+            dog.kill()
+            dog.wait()
 
 
 def _plan(options: CorpusOptions, local: bool) -> tuple[RunSettings, Resources]:

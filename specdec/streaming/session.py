@@ -305,7 +305,11 @@ class StreamSession:
         return timestamp_begin(self.whisper.pair.target.model.generation_config)
 
     def _text_ids(self, token_ids: list[int]) -> list[int]:
-        return [token for token in token_ids if token < self._timestamp_begin]
+        """The text tokens of an output, the previous text of later windows: no timestamp, nor a control
+        token the model emitted (in the prompt it would steer every window after it)."""
+        eos = self.whisper.pair.target.model.generation_config.eos_token_id
+        first_special = min(eos) if isinstance(eos, list) else eos  # Whisper's specials follow its text ids
+        return [token for token in token_ids if token < first_special]
 
     def _text(self, token_ids: list[int]) -> str:
         return self.whisper.decode_text(self._text_ids(token_ids))

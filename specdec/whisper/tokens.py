@@ -38,6 +38,25 @@ def language_token_id(generation_config: GenerationConfig, language: str) -> int
     return lang_to_id[token]
 
 
+def text_ids(tokenizer, text: str) -> list[int]:
+    """Text as Whisper's text tokens only (a transformers Whisper tokenizer's byte-level BPE): a control
+    token's spelling in it (`<|endoftext|>`, `<|en|>`, `<|0.00|>`) is its characters, as in a transcript,
+    never the token itself, which `encode` would give. Any other text gets `encode`'s ids."""
+    backend = tokenizer.backend_tokenizer
+    text = backend.normalizer.normalize_str(text) if backend.normalizer is not None else text
+    pieces = backend.pre_tokenizer.pre_tokenize_str(text)
+    return [token.id for piece, _ in pieces for token in backend.model.tokenize(piece)]
+
+
+def check_previous_text(generation_config: GenerationConfig, previous_text: tuple[int, ...]) -> None:
+    """A prompt's previous text holds text tokens only (ValueError otherwise): a control token there
+    would steer the decoding (end the prompt, set another language or task, a timestamp)."""
+    eos = generation_config.eos_token_id
+    first_special = min(eos) if isinstance(eos, list) else eos  # Whisper's specials follow its text ids
+    if any(not 0 <= token < first_special for token in previous_text):
+        raise ValueError(f"prompt_ids must be text tokens (ids below <|endoftext|>, {first_special})")
+
+
 def forced_prompt(
     generation_config: GenerationConfig,
     language_id: int | None,
@@ -46,6 +65,7 @@ def forced_prompt(
 ) -> list[int]:
     """`[<|startofprev|> previous text]<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`,
     as generate() builds it (with prompt_ids for the previous text)."""
+    check_previous_text(generation_config, previous_text)
     prompt = [generation_config.prev_sot_token_id, *previous_text] if previous_text else []
     prompt.append(generation_config.decoder_start_token_id)
     if getattr(generation_config, "is_multilingual", False) and language_id is not None:
