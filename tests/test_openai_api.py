@@ -379,3 +379,24 @@ def test_a_client_that_disconnects_has_its_decoding_stopped(server, tmp_path):
     before = cancel.checks()
     time.sleep(1.0)
     assert cancel.checks() == before
+
+
+def test_the_designs_transcribe_endpoint_answers_text_and_duration(server, page_text):
+    """The original design's `POST /transcribe`: a multipart file in, `{"text": [...], "duration": s}` out,
+    the same pair, key and errors as /v1."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with CLIP.open("rb") as audio:
+        answer = httpx.post(f"{server}/transcribe", files={"file": (CLIP.name, audio)}, headers=headers,
+                            data={"language": "en"}, timeout=300)  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert set(body) == {"text", "duration"} and body["text"] == [page_text] and body["duration"] > 0
+    with CLIP.open("rb") as audio:
+        unkeyed = httpx.post(f"{server}/transcribe", files={"file": (CLIP.name, audio)}, timeout=60)
+    assert unkeyed.status_code == 401
+    no_file = httpx.post(f"{server}/transcribe", data={"language": "en"}, headers=headers, files={"x": b""})
+    assert no_file.status_code == 400 and no_file.json()["error"]["param"] == "file"
+    with CLIP.open("rb") as audio:
+        other_format = httpx.post(f"{server}/transcribe", files={"file": (CLIP.name, audio)}, headers=headers,
+                                  data={"response_format": "srt"}, timeout=60)  # fmt: skip
+    assert other_format.status_code == 400 and other_format.json()["error"]["param"] == "response_format"

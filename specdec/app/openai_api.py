@@ -1,7 +1,8 @@
 """An OpenAI-compatible transcription endpoint beside the page: `POST /v1/audio/transcriptions`,
 `POST /v1/audio/translations` (Whisper's translate task, into English) and `GET /v1/models`, served by the
 page's own server (app.py hands these routes to Gradio's FastAPI app); `app.openai_schema` reads the form
-and writes the answer.
+and writes the answer. Beside them, the original design's `POST /transcribe`: a multipart `file` in,
+`{"text": [its transcript], "duration": the seconds the server took}` out, the same request otherwise.
 
 A request is the page's Transcribe job: the same pairs, the same upload and duration limits, and the one
 line for the models (`app.jobs`), where it takes turns with the page's jobs; a full line answers 429 with
@@ -102,11 +103,20 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
             ).response()
         return ApiError(404, f"Invalid URL ({asked}).", code="unknown_url").response()
 
-    async def _answer(request: Request, task: str) -> Response:
+    design = APIRouter()
+
+    @design.post("/transcribe")
+    async def design_transcribe(request: Request) -> Response:
+        """The original design's endpoint: the default pair unless a `model` is named, the other /v1 fields
+        optional as there; `{"text": [...], "duration": seconds}`."""
+        return await _answer(request, "transcribe", design=True)
+
+    async def _answer(request: Request, task: str, design: bool = False) -> Response:
+        start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="specdec-api-") as folder:
             try:
                 _check_key(request, api_key)
-                asked = await _read_form(request, store, max_file_size, Path(folder), task)
+                asked = await _read_form(request, store, max_file_size, Path(folder), task, design)
                 caller = Caller(API, request.client.host if request.client else None)  # turns by client
                 if asked.stream:  # joins the running batch too, and says its text as it settles
                     error_of = lambda error: _api_error(error, store, folder)  # noqa: E731
@@ -119,11 +129,14 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                 if answer is None:
                     logger.info("an API client disconnected: its transcription was stopped")
                     return Response(status_code=499)  # nobody reads it
+                if design:
+                    took = round(time.perf_counter() - start, 3)
+                    return JSONResponse({"text": [answer.speculative.text], "duration": took})
                 return openai_schema.response(asked, answer)
             except Exception as error:
                 return _api_error(error, store, folder).response()
 
-    return router.routes
+    return router.routes + design.routes
 
 
 def _api_error(error: Exception, store: ModelStore, folder: str) -> ApiError:
@@ -155,9 +168,10 @@ def _check_key(request: Request, api_key: str | None) -> None:
 
 
 async def _read_form(
-    request: Request, store: ModelStore, max_file_size: int, folder: Path, task: str
+    request: Request, store: ModelStore, max_file_size: int, folder: Path, task: str, design: bool = False
 ) -> Asked:
-    """The form's fields, checked, and its file saved in `folder` under the client's file name."""
+    """The form's fields, checked, and its file saved in `folder` under the client's file name (design:
+    the original design's `/transcribe`, `openai_schema.design_asked`)."""
     limit = f"The file is over the limit of {max_file_size / 2**20:g} MB."
     too_large = ApiError(413, limit, "file", "file_too_large")
     declared = request.headers.get("content-length", "")
@@ -171,7 +185,7 @@ async def _read_form(
         if upload.size is not None and upload.size > max_file_size:
             raise too_large  # within the room left for the other fields, but over the file's own limit
         audio = str(folder / upload_name(upload.filename))  # error messages name the file by it
-        asked = openai_schema.asked(form, store, audio, task)
+        asked = (openai_schema.design_asked if design else openai_schema.asked)(form, store, audio, task)
         await run_in_threadpool(_save, upload, asked.request.audio)
         return asked
     finally:

@@ -84,10 +84,13 @@ def model_ids(store: ModelStore) -> dict[str, str]:
     return ids
 
 
-def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe") -> Asked:
+def asked(
+    form: FormData, store: ModelStore, audio: str, task: str = "transcribe", default_model: str | None = None
+) -> Asked:
     """The form's fields, checked (ApiError), as the page's request for the uploaded file at `audio`;
-    task: "transcribe" or "translate" (the route's)."""
-    model = _text(form, "model")
+    task: "transcribe" or "translate" (the route's); default_model: the model when none is named (None:
+    one must be)."""
+    model = _text(form, "model") or default_model
     if not model:
         raise ApiError(400, "Name a model: one of GET /v1/models.", "model")
     label = store.default_pair if model == DEFAULT_MODEL else model_ids(store).get(model)
@@ -120,6 +123,17 @@ def asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe
         word_timestamps="word" in granularities,
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
+
+
+def design_asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe") -> Asked:
+    """The original design's `POST /transcribe`: its only field is the file; a `model` (default: the
+    server's pair) and the other fields of /v1 are taken as there, but its answer is JSON of its own, so
+    another response format or a stream is refused."""
+    for name in ("response_format", "stream", "timestamp_granularities[]"):
+        if name in form:
+            message = f'/transcribe answers {{"text": [...], "duration": seconds}} only: use /v1 for {name}.'
+            raise ApiError(400, message, name)
+    return asked(form, store, audio, task, default_model=DEFAULT_MODEL)
 
 
 def _text(form: FormData, field: str) -> str:
