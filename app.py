@@ -108,6 +108,16 @@ from specdec.vad import rms_dbfs
 from specdec.whisper.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
+# people speaking first (assets/SOURCES.md says who and under which licence), then espeak-ng's voices
+EXAMPLES = (
+    "recorded/en-sense-and-sensibility.flac",
+    "en-jfk.flac",
+    "recorded/es-fuera-de-servicio.flac",
+    "recorded/fr-pas-en-service.flac",
+    "recorded/nl-glazen-oog.flac",
+    "en-weather.wav",
+    "de-bahnhof.wav",
+)
 MAX_FILE_SIZE = 25 * 1024 * 1024  # 25 MB: 10 min of 16 kHz mono 16-bit WAV is 19 MB (compressed holds more)
 QUEUE_SIZE = 32  # jobs waiting for the models or using them, from the page and the API alike (app.jobs)
 LANGUAGES = ["auto", "en", "de", "fr", "es", "it", "pt", "nl", "ja", "zh", "ru", "ar", "hi", "ko"]
@@ -143,6 +153,11 @@ NO_SPEECH_HELP = (
     "off, every window is decoded, as generate() does by default"
 )
 PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
+OTHER_LANGUAGES = (  # measured in docs/app.md (The example clips)
+    "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often (WER "
+    "18% on Spanish and French phone prompts, 54% on Dutch game dialogue, against 5% on English prompts). "
+    "On a GPU the page runs whisper-large-v3.</small>"
+)
 RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
 RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
 RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads
@@ -221,9 +236,10 @@ def _delete_upload(path: str | None) -> None:
 
 
 def examples() -> list[list[str]]:
-    """[clip, reference text, language] for every example clip in assets/."""
+    """[clip, reference text, language] for each of EXAMPLES, in that order."""
     rows = []
-    for clip in sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]):
+    for name in EXAMPLES:
+        clip = ASSETS / name
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8").strip()
         rows.append([str(clip), reference, clip.stem.split("-")[0]])
     return rows
@@ -401,8 +417,10 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     gr.Examples(
         examples(),
         [audio, reference, language],
-        label="Example clips (en-jfk: John F. Kennedy, 1961; the others: espeak-ng voices)",
+        label="Example clips: people speaking (a LibriVox reading, John F. Kennedy in 1961, phone prompts, "
+        "a game's Dutch voice acting), then two espeak-ng voices",
     )
+    gr.Markdown(OTHER_LANGUAGES)
     verdict = gr.HTML(label="Verdict", elem_id="verdict")
     with gr.Row():
         baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")

@@ -2,9 +2,9 @@
 `scripts/make_shipped_draft.py` on espeak-ng speech in twelve languages, reading base's encoder states.
 
 It loads by name (`--draft self`) around the bundled base and runs no encoder of its own; its output is
-`generate()`'s, with and without timestamps, language forced and detected, in English and German; it is
-accepted on real English speech (JFK, never seen in training) and proposes in German too, where the
-English-only tiny.en cannot.
+`generate()`'s, with and without timestamps, language forced and detected, in English, German and a
+recorded French phone prompt (where most of its drafts are rejected); it is accepted on real English
+speech (JFK, never seen in training) and proposes in German too, where the English-only tiny.en cannot.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ CASES = {
     "weather-timestamps": ("en-weather.wav", DecodeOptions(timestamps=True)),
     "de-forced": ("de-bahnhof.wav", DecodeOptions(language="de")),
     "de-timestamps": ("de-bahnhof.wav", DecodeOptions(timestamps=True)),
+    "fr-recorded": ("recorded/fr-pas-en-service.flac", DecodeOptions(language="fr")),  # most drafts rejected
 }
 
 
