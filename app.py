@@ -153,10 +153,10 @@ NO_SPEECH_HELP = (
     "off, every window is decoded, as generate() does by default"
 )
 PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
-OTHER_LANGUAGES = (  # measured in docs/app.md (The example clips)
-    "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often (WER "
-    "18% on Spanish and French phone prompts, 54% on Dutch game dialogue, against 5% on English prompts). "
-    "On a GPU the page runs whisper-large-v3.</small>"
+OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The example clips)
+    "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often "
+    "(compare the Spanish, French and Dutch recordings against their references with the WER box). On a "
+    "GPU the page runs whisper-large-v3.</small>"
 )
 RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
 RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
