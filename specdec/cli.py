@@ -103,8 +103,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument(
         "--word-timestamps",
         action="store_true",
-        help="time every word from the target's alignment heads (as transformers' return_token_timestamps): "
-        "printed as [start -> end] word, in --json as words",
+        help="time every word from the target's alignment heads (as openai-whisper aligns them; the same "
+        "times with --timestamps or without): printed as [start -> end] word, in --json as words",
     )
     transcribe.add_argument(
         "--word-subtitles",
