@@ -94,6 +94,7 @@ from specdec.app.store import (
     pairs_by_device,
     pairs_for,
     store_summary,
+    without_paths,
 )
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
@@ -211,7 +212,7 @@ async def _shown_to_user(
 def user_error(error: Exception) -> gr.Error:
     """The page's message for a problem the user can fix, logged as one line (not Gradio's traceback)."""
     logger.warning("user error: %s", str(error)[:300])
-    return gr.Error(str(error), duration=None, print_exception=False)
+    return gr.Error(without_paths(str(error)), duration=None, print_exception=False)  # no server path
 
 
 def _delete_upload(path: str | None) -> None:
@@ -231,7 +232,7 @@ def examples() -> list[list[str]]:
 
 def banner_html(store: ModelStore, demo_mode: bool, load_error: str | None) -> str:
     if load_error:
-        message, _, details = load_error.partition(" (Details: ")
+        message, _, details = without_paths(load_error).partition(" (Details: ")
         details = f"<br><small style='font-weight:400'>{html.escape(details.removesuffix(')'))}</small>"
         style = "background:#fee2e2;color:#991b1b"
         return f'<div class="specdec-banner" style="{style}">⚠️ {html.escape(message)}{details}</div>'

@@ -35,8 +35,8 @@ def test_the_list_of_pairs_and_the_banner_give_a_model_one_size():
             assert summary == f"{resolve_model_name(name)} ({size}M parameters, bundled in a package)"
 
 
-def test_a_model_without_a_published_size_is_counted():
-    assert stores.model_summary(loaded("/models/mine", 2_400_000)).startswith("/models/mine (2M parameters")
+def test_a_model_without_a_published_size_is_counted_and_a_folder_named_by_its_name():
+    assert stores.model_summary(loaded("/models/mine", 2_400_000)).startswith("mine (2M parameters")
 
 
 def test_the_project_files_named_in_requirements_exist():

@@ -191,13 +191,13 @@ def unavailable(name: str) -> str | None:
             else "no self-draft ships here"
         )
     resolved = resolve_model_name(name)
+    if resolved.startswith((".", "/", "~")):  # a folder (never a hub id: the hub refuses such names)
+        return None if Path(resolved).expanduser().is_dir() else f"no model folder at {name}"
     if Path(resolved).is_dir() or hub_has(resolved):
         return None
     bundle = find_bundle(resolved)
     if bundle is not None and is_installed(bundle):
         return None
-    if resolved.startswith((".", "/", "~")):
-        return f"no model folder at {name}"
     return f"{resolved} is not downloaded and the hub is unreachable"
 
 
