@@ -335,6 +335,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         text, tokens, stats = shown
         return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
 
+    pair = _pair_dropdown(store, choices)  # the page's width: a pair's name is read whole
     with gr.Row():
         with gr.Column(scale=3):
             limit = duration_text(store.max_seconds)
@@ -358,7 +359,6 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 max_length=compare.MAX_REFERENCE_CHARS,
             )
         with gr.Column(scale=2):
-            pair = _pair_dropdown(store, choices)
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
                 task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -421,6 +421,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         headers=["metric", "target alone", "speculative"],
         label="Metrics",
         interactive=False,
+        max_height=2000,  # every row in view (Gradio's 500 px hid the last ones behind a scroll bar)
         elem_id="metrics",
     )
     with gr.Row():
