@@ -93,7 +93,9 @@ def build_view(
         timeline=plots.timeline_figure(baseline, speculative),
         steps=plots.steps_figure(speculative),
         breakdown=plots.breakdown_figure(baseline, speculative),
-        windows=plots.windows_figure(speculative, audio_seconds),
+        windows=plots.windows_figure(
+            speculative, audio_seconds, timestamp_begin(whisper.pair.target.model.generation_config)
+        ),
         wer_html=wer_html(reference, comparison),
         comparison=comparison,
         spans=spans,
