@@ -78,3 +78,14 @@ def test_an_api_client_is_told_which_models_it_can_use(offline_store):
 def test_the_page_keeps_the_operators_hint(offline_store):
     with pytest.raises(stores.UserError, match="python app.py without --target and --draft"):
         compare.prepare(offline_store, compare.CompareRequest("clip.wav", "large", "en"))
+
+
+def test_a_cuda_device_the_machine_lacks_is_a_clear_error(monkeypatch):
+    """app.py --device cuda:1 on a machine with one GPU (or none): the page's banner says so, no traceback;
+    the GPU's default pairs are still the ones offered."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    store = stores.ModelStore(stores.pairs_by_device("cuda:1"), device="cuda:1", warm_up=False)
+    assert store.default_pair.startswith("whisper-large-v3")
+    with pytest.raises(stores.UnavailablePair, match="cuda:1 is not here: this machine has 1 CUDA device"):
+        store.whisper(store.default_pair)

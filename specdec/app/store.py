@@ -143,7 +143,10 @@ class ModelStore:
         return next(self._runs) % 2 == 0
 
     def _load(self, target_name: str, draft_name: str) -> SpeculativeWhisper:
-        device = pick_device(self.device)
+        try:
+            device = pick_device(self.device)
+        except ValueError as error:  # a CUDA device this machine lacks (app.py --device cuda:1)
+            raise UnavailablePair(f"The models cannot run here: {error}.") from error
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         try:
             target = self._model(target_name, device, dtype)

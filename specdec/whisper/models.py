@@ -203,14 +203,22 @@ def unavailable(name: str) -> str | None:
 
 def default_pair(device: str = "auto") -> tuple[str, str]:
     """(target, draft) by device: whisper-base with its self-draft on a CPU, large-v3 with tiny on a GPU."""
-    return GPU_DEFAULT_PAIR if pick_device(device).type == "cuda" else CPU_DEFAULT_PAIR
+    kind = pick_device(device).type if device == "auto" else torch.device(device).type  # here or not
+    return GPU_DEFAULT_PAIR if kind == "cuda" else CPU_DEFAULT_PAIR
 
 
 def pick_device(device: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu."""
+    """'auto' -> cuda when available, else cpu; any other name as torch names it ("cpu", "cuda", "cuda:1"),
+    a CUDA device the machine lacks refused with a clear message (ValueError) before anything loads."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    chosen = torch.device(device)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if chosen.type == "cuda" and (chosen.index or 0) >= count:
+        found = ", ".join(f"cuda:{index}" for index in range(count))
+        have = f"{count} CUDA device{'s' * (count > 1)} ({found})" if count else "no CUDA device"
+        raise ValueError(f"{device} is not here: this machine has {have}; use cpu or auto")
+    return chosen
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
