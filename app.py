@@ -94,6 +94,7 @@ from specdec.app.store import (
     pairs_by_device,
     pairs_for,
     store_summary,
+    without_paths,
 )
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
@@ -226,7 +227,7 @@ async def _shown_to_user(
 def user_error(error: Exception) -> gr.Error:
     """The page's message for a problem the user can fix, logged as one line (not Gradio's traceback)."""
     logger.warning("user error: %s", str(error)[:300])
-    return gr.Error(str(error), duration=None, print_exception=False)
+    return gr.Error(without_paths(str(error)), duration=None, print_exception=False)  # no server path
 
 
 def _delete_upload(path: str | None) -> None:
@@ -247,7 +248,7 @@ def examples() -> list[list[str]]:
 
 def banner_html(store: ModelStore, demo_mode: bool, load_error: str | None) -> str:
     if load_error:
-        message, _, details = load_error.partition(" (Details: ")
+        message, _, details = without_paths(load_error).partition(" (Details: ")
         details = f"<br><small style='font-weight:400'>{html.escape(details.removesuffix(')'))}</small>"
         style = "background:#fee2e2;color:#991b1b"
         return f'<div class="specdec-banner" style="{style}">⚠️ {html.escape(message)}{details}</div>'
@@ -350,6 +351,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         text, tokens, stats = shown
         return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
 
+    pair = _pair_dropdown(store, choices)  # the page's width: a pair's name is read whole
     with gr.Row():
         with gr.Column(scale=3):
             limit = duration_text(store.max_seconds)
@@ -373,7 +375,6 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 max_length=compare.MAX_REFERENCE_CHARS,
             )
         with gr.Column(scale=2):
-            pair = _pair_dropdown(store, choices)
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
                 task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
@@ -438,6 +439,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         headers=["metric", "target alone", "speculative"],
         label="Metrics",
         interactive=False,
+        max_height=2000,  # every row in view (Gradio's 500 px hid the last ones behind a scroll bar)
         elem_id="metrics",
     )
     with gr.Row():

@@ -24,6 +24,7 @@ if sys.argv[1:2] == ["corpus"]:
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -104,8 +105,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument(
         "--word-timestamps",
         action="store_true",
-        help="time every word from the target's alignment heads (as transformers' return_token_timestamps): "
-        "printed as [start -> end] word, in --json as words",
+        help="time every word from the target's alignment heads (as openai-whisper aligns them; the same "
+        "times with --timestamps or without): printed as [start -> end] word, in --json as words",
     )
     transcribe.add_argument(
         "--word-subtitles",
@@ -178,7 +179,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "file's, but the output is no longer generate()'s on the whole file (--compare: the target alone on "
         "the same speech)",
     )
-    transcribe.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    _device_argument(transcribe)
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
     transcribe.add_argument("--json", action="store_true", help="one JSON object per file per line")
     transcribe.add_argument(
@@ -211,7 +212,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     stream.add_argument(
         "--no-reuse", action="store_true", help="draft with the draft model only, not the last hypothesis"
     )
-    stream.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    _device_argument(stream)
     stream.set_defaults(command=_stream)
 
     add_corpus_parser(commands).set_defaults(command=_corpus)
@@ -227,8 +228,25 @@ def _model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--draft", default="auto", help=help_text)
 
 
+def _device_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--device", type=device_name, default="auto", help="auto (default), cpu, cuda or cuda:N (as the app)"
+    )
+
+
+def device_name(name: str) -> str:
+    """--device's value, checked for its form only (whether the machine has it: `models.pick_device`)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name):
+        raise argparse.ArgumentTypeError(f"device must be auto, cpu, cuda or cuda:N, not {name!r}")
+    return name
+
+
 def _load_pair(args: argparse.Namespace) -> SpeculativeWhisper:
-    """The draft and target models a command asks for (torch and transformers load here)."""
+    """The draft and target models a command asks for (torch and transformers load here), on a device
+    this machine has (checked before anything loads)."""
+    from specdec.whisper.models import pick_device
+
+    pick_device(args.device)
     pair = sys.modules[__name__].SpeculativeWhisper  # this module's attribute: see __getattr__
     return pair(draft_model=args.draft, final_model=args.target, device=args.device)
 
@@ -379,8 +397,9 @@ def _transcribe(args: argparse.Namespace) -> int:
                 else text_report(speculative, baseline)
             )
             sys.stdout.flush()
-            if formats:
-                speculative.save(args.output_dir or ".", formats, by_word=args.word_subtitles)
+            if formats:  # each file said, on stderr: stdout keeps the transcript (and --json) alone
+                for path in speculative.save(args.output_dir or ".", formats, by_word=args.word_subtitles):
+                    print(f"specdec: wrote {Path(path).resolve()}", file=sys.stderr)
     return exit_code
 
 

@@ -46,7 +46,7 @@ class DecodeOptions:
     task: str = "transcribe"  # or "translate" (to English)
     timestamps: bool = False  # predict timestamp tokens (generate()'s return_timestamps=True)
     word_timestamps: bool = False  # time each kept token (and so each word) from the target's alignment
-    # heads' cross-attention, as generate()'s return_token_timestamps does: one more decoder pass a window
+    # heads' cross-attention over the text tokens (`whisper.word_times`): one more decoder pass a window
     temperature: float = 0.0  # 0: greedy; > 0: speculative sampling from the target's distribution
     top_p: float | None = None  # nucleus sampling on the target's (and draft's) distribution
     seed: int | None = None  # seeds the explicit torch.Generator used for sampling

@@ -85,7 +85,8 @@ def test_progress_follows_both_runs_window_by_window(long_run):
 def test_file_timeline_has_one_bar_per_window(long_run):
     view, _ = long_run
     result = view.comparison.speculative.result
-    (bars,) = view.windows.data
+    bars, passes = view.windows.data
+    assert len(passes.x) == len(result.steps)  # and in front, each target pass
     assert list(bars.x) == [window.start_seconds for window in result.windows]
     assert list(bars.width) == [window.seconds for window in result.windows]
     passes = [sum(step.window == w.index for step in result.steps) for w in result.windows]

@@ -44,8 +44,10 @@ def test_compare_an_uploaded_clip(client):
     assert metrics["headers"] == ["metric", "target alone", "speculative"]
     assert all(figure["type"] == "plotly" for figure in (timeline, steps, breakdown, windows))
     assert [window["start_seconds"] for window in details["windows"]] == [0.0]
-    (bar,) = json.loads(windows["plot"])["data"]
+    bar, passes = json.loads(windows["plot"])["data"]
     assert (bar["x"], bar["width"]) == ([0.0], [4.61])  # the clip's one window, ending with its audio
+    ends = [x + width for x, width in zip(passes["x"], passes["width"], strict=True)]
+    assert passes["name"] == "target passes" and max(ends) <= 4.61  # each pass within the audio
     assert wer_html.count("WER ") == 2
     assert words == ""  # no word timestamps asked for
 

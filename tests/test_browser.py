@@ -21,7 +21,7 @@ NO_CHROMIUM = "no system Chromium (scripts/install-test-deps.sh installs it)"
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
-def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
+def test_upload_run_and_see_highlighted_tokens(app_url, demo_models, tmp_path):
     with playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(
             executable_path=CHROMIUM,
@@ -41,6 +41,16 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
         page.wait_for_selector("#verdict .specdec-verdict")
         verdict = page.inner_text("#verdict")
         tokens = page.locator("#tokens .specdec-tokens span")
+        page_text = page.inner_text("body")
+        # every metric in view without scrolling inside the table, the chosen pair's name whole
+        metrics = page.eval_on_selector(  # the elements that scroll (a cell's spacer rows have no height)
+            "#metrics",
+            "table => [...table.querySelectorAll('*')].filter(e => e.clientHeight > 0 && e.scrollHeight >"
+            " e.clientHeight + 1 && getComputedStyle(e).overflowY !== 'visible').map(e => e.className)",
+        )
+        table = page.inner_text("#metrics")
+        pair = page.get_by_label("Models: target ← draft").first
+        pair = pair.evaluate("input => [input.scrollWidth, input.clientWidth]")
         screenshot = tmp_path / "compare.png"
         page.screenshot(path=str(screenshot), full_page=True)
         count, rejected = tokens.count(), page.locator("#tokens span.rejected").count()
@@ -58,6 +68,9 @@ def test_upload_run_and_see_highlighted_tokens(app_url, tmp_path):
         position = page.eval_on_selector("#words audio.specdec-player", "player => player.currentTime")
         browser.close()
     assert start <= position < start + 5
+    assert metrics == [] and "ran first" in table, metrics  # every row of views.metrics_rows, the last too
+    assert pair[0] <= pair[1], pair  # the dropdown's text fits its box
+    assert str(demo_models["target"].parent) not in page_text  # no server path on the page
     assert legend_display == "inline-block"
     assert "Identical" in verdict
     assert count > 5 and rejected > 0

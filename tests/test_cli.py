@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from specdec import cli
@@ -153,3 +154,41 @@ def test_the_compare_line_says_how_far_end_to_end_could_go():
 
     report = cli.text_report(transcription(0.5), transcription(0.6))
     assert "speedup 1.20x (at most 1.50x with a decode taking no time); output identical" in report
+
+
+def test_each_file_written_is_named_on_stderr(demo_models, tmp_path, monkeypatch, capsys):
+    """--output-format without --output-dir writes into the current folder, and says so: each file by its
+    full path on stderr (stdout keeps the transcript alone)."""
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, 0.1 * np.random.default_rng(2).standard_normal(16_000), 16_000)
+    monkeypatch.chdir(tmp_path)
+    pair = ["--target", str(demo_models["target"]), "--draft", str(demo_models["draft-shared"])]
+    arguments = ["transcribe", str(clip), *pair, "--device", "cpu", "--max-new-tokens", "5", "--json"]
+    assert cli.main([*arguments, "--output-format", "txt"]) == 0
+    printed = capsys.readouterr()
+    told = [line for line in printed.err.splitlines() if line.startswith("specdec:")]  # not the progress bars
+    assert told == [f"specdec: wrote {tmp_path / 'clip.txt'}"]
+    assert json.loads(printed.out)["audio"] == str(clip)
+    assert cli.main([*arguments, "--output-format", "json", "--output-dir", "out"]) == 0
+    assert f"specdec: wrote {tmp_path / 'out' / 'clip.json'}" in capsys.readouterr().err
+
+
+def test_a_device_is_named_as_torch_names_it_and_one_not_here_is_refused_clearly(monkeypatch, capsys):
+    """cpu, auto, cuda and cuda:N are taken (as the app takes them); a CUDA device the machine lacks is
+    refused in one line before anything loads; a name torch would not take is refused by the parser."""
+    from specdec.whisper import models
+
+    monkeypatch.setattr(cli, "SpeculativeWhisper", lambda **models: pytest.fail("models loaded"))
+    monkeypatch.setattr(models.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(models.torch.cuda, "device_count", lambda: 1)
+    assert str(models.pick_device("cuda:0")) == "cuda:0" and str(models.pick_device("auto")) == "cuda"
+    assert cli.main(["transcribe", "clip.wav", "--device", "cuda:1"]) == cli.EXIT_BAD_SETUP
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "cuda:1 is not here: this machine has 1 CUDA device (cuda:0)" in error
+    monkeypatch.setattr(models.torch.cuda, "is_available", lambda: False)
+    assert str(models.pick_device("auto")) == "cpu"
+    assert cli.main(["transcribe", "clip.wav", "--device", "cuda"]) == cli.EXIT_BAD_SETUP
+    assert "cuda is not here: this machine has no CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["transcribe", "clip.wav", "--device", "gpu"])
+    assert "device must be auto, cpu, cuda or cuda:N" in capsys.readouterr().err

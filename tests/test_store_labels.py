@@ -35,8 +35,8 @@ def test_the_list_of_pairs_and_the_banner_give_a_model_one_size():
             assert summary == f"{resolve_model_name(name)} ({size}M parameters, bundled in a package)"
 
 
-def test_a_model_without_a_published_size_is_counted():
-    assert stores.model_summary(loaded("/models/mine", 2_400_000)).startswith("/models/mine (2M parameters")
+def test_a_model_without_a_published_size_is_counted_and_a_folder_named_by_its_name():
+    assert stores.model_summary(loaded("/models/mine", 2_400_000)).startswith("mine (2M parameters")
 
 
 def test_the_project_files_named_in_requirements_exist():
@@ -78,3 +78,14 @@ def test_an_api_client_is_told_which_models_it_can_use(offline_store):
 def test_the_page_keeps_the_operators_hint(offline_store):
     with pytest.raises(stores.UserError, match="python app.py without --target and --draft"):
         compare.prepare(offline_store, compare.CompareRequest("clip.wav", "large", "en"))
+
+
+def test_a_cuda_device_the_machine_lacks_is_a_clear_error(monkeypatch):
+    """app.py --device cuda:1 on a machine with one GPU (or none): the page's banner says so, no traceback;
+    the GPU's default pairs are still the ones offered."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    store = stores.ModelStore(stores.pairs_by_device("cuda:1"), device="cuda:1", warm_up=False)
+    assert store.default_pair.startswith("whisper-large-v3")
+    with pytest.raises(stores.UnavailablePair, match="cuda:1 is not here: this machine has 1 CUDA device"):
+        store.whisper(store.default_pair)

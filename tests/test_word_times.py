@@ -1,10 +1,10 @@
-"""Word timestamps (`whisper.word_times`): the target's own alignment over the tokens it kept.
+"""Word timestamps (`whisper.word_times`): the target's own alignment over the text tokens it kept.
 
-On the real whisper-base with its self-draft, decoding speculatively: each token's time equals
-transformers' `generate(return_token_timestamps=True)` for the same tokens, with and without timestamp
-tokens, in English, German and French; the words join into the text, in order, within the audio; a batch
-times each clip as it is timed alone; a long file's words are in the file's seconds. On the demo models:
-a seeded sampled decoding times its words too, and chunked long-form refuses them with a message.
+On the real whisper-base with its self-draft, decoding speculatively: the same words get the same times
+with timestamp tokens and without, in English, German and French; the first word takes its time (as
+faster-whisper times it); the words join into the text, in order, within the audio; a batch times each
+clip as it is timed alone; a long file's words are in the file's seconds. On the demo models: a seeded
+sampled decoding times its words too, and chunked long-form refuses them with a message.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from specdec.options import TranscribeOptions
 from specdec.subtitles import NoTimestamps
 from specdec.whisper import word_times
 from specdec.whisper.features import encode
+from specdec.whisper.tokens import timestamp_begin
 
 ASSETS = Path(__file__).parent.parent / "assets"
-CASES = [("en-jfk.flac", False), ("en-weather.wav", True), ("de-bahnhof.wav", False), ("fr-marche.wav", True)]
+CLIPS = ["en-jfk.flac", "en-weather.wav", "de-bahnhof.wav", "fr-marche.wav"]
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +35,40 @@ def self_pair(real_models) -> SpeculativeWhisper:
     return SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device="cpu")
 
 
-@pytest.mark.parametrize(("name", "timestamps"), CASES)
-def test_token_times_are_generates_for_the_same_tokens(self_pair, name, timestamps):
-    found = self_pair.transcribe(
-        ASSETS / name, word_timestamps=True, timestamps=timestamps, return_stats=True
-    )[0]
+def encoded(target, path: Path):
+    """(encoder states (1500, d_model), audio frames) of a clip under 30 s, as a decoding computes them."""
+    waveform, extractor = load_audio(path), target.processor.feature_extractor
+    features = extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+    states, _ = encode(target.model, features)
+    return states[0], math.ceil(len(waveform) / extractor.hop_length)
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_timestamp_tokens_change_no_words_time(self_pair, name):
+    """The same text tokens get the same times with timestamp tokens among them (a window decoded with
+    timestamps) or without: generate()'s token times differ, as they align the timestamp tokens too and,
+    without them, time the first word 0.00-0.00. A timestamp token takes no time; each text token does."""
+    found = self_pair.transcribe(ASSETS / name, word_timestamps=True, return_stats=True)[0]
     assert found.result.num_drafted > 0  # decoded speculatively
-    model, processor = self_pair.pair.target.model, self_pair.pair.target.processor
-    inputs = processor(
-        load_audio(ASSETS / name), sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True
+    target = self_pair.pair.target
+    config = target.model.generation_config
+    states, frames = encoded(target, ASSETS / name)
+    text, plain_prompt = list(found.token_ids), list(found.result.prompt_ids)
+    assert config.no_timestamps_token_id == plain_prompt[-1]
+    middle, begin = len(text) // 2, timestamp_begin(config)
+    timed = [begin, *text[:middle], begin + 150, begin + 150, *text[middle:], begin + 500]
+    spans = {}
+    for prompt, generated in ((plain_prompt, text), (plain_prompt[:-1], timed)):
+        sequence = [*prompt, *generated, config.eos_token_id]
+        times = word_times.token_times(target.model, states, sequence, len(prompt), frames)
+        spans[len(prompt)] = word_times.token_spans(times, len(prompt), 0.0)[: len(generated)]
+    plain, with_timestamps = spans[len(plain_prompt)], spans[len(plain_prompt) - 1]
+    assert list(found.result.token_spans) == plain
+    assert [span for token, span in zip(timed, with_timestamps, strict=True) if token < begin] == plain
+    assert all(
+        start == end for token, (start, end) in zip(timed, with_timestamps, strict=True) if token >= begin
     )
-    generated = model.generate(
-        inputs.input_features, attention_mask=inputs.attention_mask, language=found.language,
-        return_timestamps=timestamps, return_token_timestamps=True, return_dict_in_generate=True,
-    )  # fmt: skip
-    sequence, times = generated["sequences"][0].tolist(), generated["token_timestamps"][0].tolist()
-    ends_with_eos = sequence[-1] == model.generation_config.eos_token_id
-    prompt = len(sequence) - len(found.token_ids) - ends_with_eos  # generate() returns the prompt it forced
-    assert tuple(sequence[prompt:][: len(found.token_ids)]) == found.token_ids
-    expected = [round(time, 2) for time in times[prompt:][: len(found.token_ids)]]
-    assert [end for _, end in found.result.token_spans] == expected
+    assert found.words[0].start == 0.0 < found.words[0].end  # the first word takes its time
 
 
 def check_words(found, seconds: float) -> None:
@@ -71,6 +86,7 @@ def test_words_are_in_order_within_the_audio_and_make_the_text(self_pair):
     check_words(found, 11.0)
     country = [(word.start, word.end) for word in found.words if word.text.startswith(" country")]
     assert country == [(5.76, 6.24), (9.94, 10.8)]  # faster-whisper's first "country": 5.76-6.24 s too
+    assert (found.words[0].start, found.words[0].end) == (0.0, 0.52)  # faster-whisper's " And" too
     assert found.result.alignment_seconds > 0
     cues = list(srt.parse(found.to_srt(by_word=True)))  # word-level subtitles: a cue per word
     assert [(cue.start.total_seconds(), cue.end.total_seconds(), cue.content) for cue in cues] == [

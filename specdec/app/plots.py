@@ -8,11 +8,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec.streaming.session import Update
-from specdec.trace import DecodeResult, Window
+from specdec.trace import DecodeResult, Step, Window
+from specdec.whisper.tokens import TIMESTAMP_SECONDS
 
 BASELINE_COLOUR = "#71717a"
 SPECULATIVE_COLOUR = "#2563eb"
@@ -173,11 +175,15 @@ def window_stats(result: DecodeResult) -> list[WindowStats]:
     ]
 
 
-def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> go.Figure:
-    """The file's timeline: a bar over each decoded window's audio (x: seconds of the file), as high as its
-    tokens per target pass; colours alternate from one chunk (or window) to the next.
+def windows_figure(
+    result: DecodeResult, audio_seconds: float | None = None, timestamp_begin: int | None = None
+) -> go.Figure:
+    """The file's timeline (x: seconds of the file): a see-through bar over each decoded window's audio, as
+    high as its tokens per target pass, colours alternating from one chunk (or window) to the next; and in
+    front, each target pass over the audio of its tokens (`pass_spans`), as high as the tokens it gave.
 
-    audio_seconds, if given, ends the bars there: a short clip's one window counts the padding to 30 s."""
+    audio_seconds, if given, ends the bars there: a short clip's one window counts the padding to 30 s.
+    timestamp_begin: the id of <|0.00|>, so that timestamp tokens place the passes (None: not read)."""
     rows = window_stats(result)
     end = math.inf if audio_seconds is None else audio_seconds
     chunked = any(row.window.chunk is not None for row in rows)
@@ -192,17 +198,18 @@ def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> 
             offset=0,  # each bar spans [start, start + seconds]
             name="chunks" if chunked else "windows",
             # see-through, each outlined in its own colour: where chunks overlap, both edges show
-            marker={"color": colours, "opacity": 0.45, "line": {"color": colours, "width": 2}},
+            marker={"color": colours, "opacity": 0.25, "line": {"color": colours, "width": 2}},
             hovertext=[_window_hover(row, end) for row in rows],
             hoverinfo="text",
         )
     )
+    figure.add_trace(_passes_trace(result, end, timestamp_begin))
     figure.add_hline(
         y=1, line={"color": BASELINE_COLOUR, "dash": "dash", "width": 1}, annotation_text="target alone"
     )
     unit = "chunk by chunk (30 s, 5 s overlap)" if chunked else "window by window"
     figure.update_layout(
-        title=f"The file {unit}: tokens per target pass (hover a bar for its window)",
+        title=f"The file {unit}, pass by pass: tokens per target pass (hover a bar)",
         xaxis_title="seconds of the file",
         yaxis_title="tokens per target pass",
         barmode="overlay",
@@ -211,6 +218,61 @@ def windows_figure(result: DecodeResult, audio_seconds: float | None = None) -> 
     # the file from its start to its end: Plotly's own range pads the bars with negative seconds
     figure.update_xaxes(range=[0, max((a + b for a, b in zip(starts, widths, strict=True)), default=1)])
     return figure
+
+
+def pass_spans(
+    result: DecodeResult, audio_seconds: float | None = None, timestamp_begin: int | None = None
+) -> list[tuple[Step, float, float]]:
+    """Where each target pass's tokens lie in the file: (step, start, end) in seconds, in step order. Times
+    the trace measured anchor them (with word timestamps each kept token's span; the timestamp tokens' own
+    times; the window's edges); between anchors tokens share the audio evenly."""
+    end = math.inf if audio_seconds is None else audio_seconds
+    spans = iter(result.token_spans or ())
+    edges: dict[int, tuple[float, float]] = {}  # step index -> (start, end)
+    for window in result.windows:
+        records = [record for record in result.tokens if record.window == window.index]
+        times = _token_edges(records, window, _audio_in(window, end), spans, timestamp_begin)
+        for k, record in enumerate(records):
+            start, stop = edges.get(record.step, (times[k], times[k + 1]))
+            edges[record.step] = (min(start, times[k]), max(stop, times[k + 1]))
+    return [(step, *edges[step.index]) for step in result.steps if step.index in edges]
+
+
+def _token_edges(records, window: Window, seconds: float, spans, timestamp_begin: int | None) -> list[float]:
+    """The len(records) + 1 edges of a window's tokens in seconds of the file (`pass_spans`); spans: an
+    iterator over the result's token spans, advanced past this window's kept tokens."""
+    start = window.start_seconds
+    anchors = {0: start, len(records): start + seconds}
+    for k, record in enumerate(records):
+        span = next(spans, None) if record.kept else None
+        if span is not None:
+            anchors[k], anchors[k + 1] = span
+        elif timestamp_begin is not None and record.token_id >= timestamp_begin:
+            anchors[k] = anchors[k + 1] = start + (record.token_id - timestamp_begin) * TIMESTAMP_SECONDS
+    known = sorted(anchors)
+    edges = np.interp(range(len(records) + 1), known, [anchors[k] for k in known])
+    return np.clip(np.maximum.accumulate(edges), start, start + seconds).tolist()
+
+
+def _passes_trace(result: DecodeResult, end: float, timestamp_begin: int | None) -> go.Bar:
+    found = pass_spans(result, None if math.isinf(end) else end, timestamp_begin)
+    tokens = Counter(record.step for record in result.tokens)
+    placed = "its tokens' word times" if result.token_spans else "the timestamps and its tokens' count"
+    return go.Bar(
+        x=[start for _, start, _ in found],
+        y=[tokens[step.index] for step, _, _ in found],
+        width=[stop - start for _, start, stop in found],
+        offset=0,
+        name="target passes",
+        marker={"color": ACCEPTED_COLOUR, "opacity": 0.85, "line": {"color": "white", "width": 0.5}},
+        hovertext=[
+            f"target pass {step.index + 1}: {tokens[step.index]} tokens ({step.n_accepted} of "
+            f"{len(step.drafted)} drafted accepted)<br>{start:.2f}–{stop:.2f} s of the file, "
+            f"placed by {placed}"
+            for step, start, stop in found
+        ],
+        hoverinfo="text",
+    )
 
 
 def _audio_in(window: Window, end: float) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,8 @@ OFFLINE_HINT = (
 )
 MAX_LANGUAGE_CHARS = 24  # the longest language name ("haitian creole") with room; longer is refused
 MAX_APP_SECONDS = 600.0  # the longest clip the app decodes (app.py --max-seconds, SPECDEC_MAX_SECONDS)
+# an absolute path of two parts or more, in a message: "/srv/models/x", "~/models/x" (a URL's path is not)
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])~?/(?:[^\s/'\"<>()\[\],;:]+/)+[^\s/'\"<>()\[\],;:]*")
 
 
 LANGUAGE_IDS = {f"<|{code}|>": index for index, code in enumerate(LANGUAGES)}  # for checking names only
@@ -132,7 +135,7 @@ class ModelStore:
         shown = []
         for label in self.pairs:
             reason = self.unavailable(label)
-            shown.append((f"{label} · unavailable: {reason}" if reason else label, label))
+            shown.append((f"{label} · unavailable: {without_paths(reason)}" if reason else label, label))
         return shown
 
     def next_baseline_first(self) -> bool:
@@ -140,7 +143,10 @@ class ModelStore:
         return next(self._runs) % 2 == 0
 
     def _load(self, target_name: str, draft_name: str) -> SpeculativeWhisper:
-        device = pick_device(self.device)
+        try:
+            device = pick_device(self.device)
+        except ValueError as error:  # a CUDA device this machine lacks (app.py --device cuda:1)
+            raise UnavailablePair(f"The models cannot run here: {error}.") from error
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         try:
             target = self._model(target_name, device, dtype)
@@ -154,8 +160,9 @@ class ModelStore:
             pair = make_pair(target, draft)
             whisper = SpeculativeWhisper.from_pair(tune_draft(pair))
         except PairError as error:
-            message = f"Could not load the models {target_name} and {draft_name}. {OFFLINE_HINT}"
-            raise UnavailablePair(f"{message} (Details: {error})") from error
+            names = f"{shown_name(target_name)} and {shown_name(draft_name)}"
+            message = f"Could not load the models {names}. {OFFLINE_HINT}"
+            raise UnavailablePair(f"{message} (Details: {without_paths(str(error))})") from error
         if self.warm_up:
             whisper.warm_up()
         return whisper
@@ -175,8 +182,20 @@ def pairs_by_device(device: str = "auto") -> dict[str, tuple[str, str]]:
 
 
 def pairs_for(target: str, drafts: list[str]) -> dict[str, tuple[str, str]]:
-    """One pair per draft for the same target, labelled by name."""
-    return {f"{target} ← {draft}": (target, draft) for draft in drafts}
+    """One pair per draft for the same target, labelled by name (a folder by its own: `shown_name`)."""
+    return {f"{shown_name(target)} ← {shown_name(draft)}": (target, draft) for draft in drafts}
+
+
+def shown_name(name: str) -> str:
+    """A model as the page names it: a hub id or short name as given, a folder by its own name (a public
+    page shows no server path)."""
+    is_folder = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+    return Path(name).name if is_folder else name
+
+
+def without_paths(text: str) -> str:
+    """A message for the page: each absolute path in it (a model folder, a cache file) by its last part."""
+    return ABSOLUTE_PATH.sub(lambda path: path[0].rstrip("/").rsplit("/", 1)[-1], text)
 
 
 def demo_store(device: str = "auto") -> ModelStore:
@@ -218,10 +237,11 @@ def store_summary(store: ModelStore) -> str:
 
 
 def model_summary(model: LoadedModel) -> str:
-    """'openai/whisper-base (74M parameters, bundled in ...)': the published size where there is one."""
+    """'openai/whisper-base (74M parameters, bundled in ...)': the published size where there is one, a
+    folder by its own name."""
     published = {resolve_model_name(name): size for name, size in PUBLISHED_SIZES.items()}
     millions = published.get(model.name, round(model.num_parameters / 1e6))
-    return f"{model.name} ({millions}M parameters, {model.source or 'loaded'})"
+    return f"{shown_name(model.name)} ({millions}M parameters, {without_paths(model.source) or 'loaded'})"
 
 
 def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> str:
@@ -231,7 +251,7 @@ def draft_note(whisper: SpeculativeWhisper, language: str | None, task: str) -> 
         return ""
     what = "translating" if task == "translate" else f"on {language or 'non-English'} audio"
     if pair.english_only_draft:
-        draft = f"{pair.draft.name} drafts English only"
+        draft = f"{shown_name(pair.draft.name)} drafts English only"
     else:
         draft = f"The self-draft was trained to transcribe {', '.join(sorted(pair.draft.trained_languages))}"
     return (

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from specdec import wer
 from specdec.api import SpeculativeWhisper, Transcription
-from specdec.app import highlight, plots
+from specdec.app import highlight, plots, why_slower
 from specdec.app.store import draft_note
 from specdec.options import DecodeOptions
 from specdec.trace import DRAFT_ENCODER, DecodeResult, speedup_bound
@@ -93,7 +93,9 @@ def build_view(
         timeline=plots.timeline_figure(baseline, speculative),
         steps=plots.steps_figure(speculative),
         breakdown=plots.breakdown_figure(baseline, speculative),
-        windows=plots.windows_figure(speculative, audio_seconds),
+        windows=plots.windows_figure(
+            speculative, audio_seconds, timestamp_begin(whisper.pair.target.model.generation_config)
+        ),
         wer_html=wer_html(reference, comparison),
         comparison=comparison,
         spans=spans,
@@ -125,10 +127,18 @@ def verdict_html(comparison: Comparison, note: str = "") -> str:
     note = f'<br><small class="specdec-note">ℹ️ {html.escape(note)}</small>' if note else ""
     bound = bound_line(comparison)
     bound = f'<br><small class="specdec-bound">{html.escape(bound)}</small>' if bound else ""
+    slower = slower_line(comparison)
+    slower = f'<br><small class="specdec-slower">🐢 {html.escape(slower)}</small>' if slower else ""
     return (
         f'<div class="specdec-verdict" style="border:2px solid {border};color:{colour};border-radius:8px;'
-        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small>{bound}{note}</div>'
+        f'padding:8px 12px;font-weight:600">{icon} {message}<br><small>{speed}</small>{slower}{bound}{note}'
+        "</div>"
     )
+
+
+def slower_line(comparison: Comparison) -> str:
+    """Where speculation lost end to end, one line saying so and why (`why_slower`); else ''."""
+    return why_slower.slower_line(comparison.baseline.result, comparison.speculative.result)
 
 
 def bound_line(comparison: Comparison) -> str:

@@ -191,26 +191,34 @@ def unavailable(name: str) -> str | None:
             else "no self-draft ships here"
         )
     resolved = resolve_model_name(name)
+    if resolved.startswith((".", "/", "~")):  # a folder (never a hub id: the hub refuses such names)
+        return None if Path(resolved).expanduser().is_dir() else f"no model folder at {name}"
     if Path(resolved).is_dir() or hub_has(resolved):
         return None
     bundle = find_bundle(resolved)
     if bundle is not None and is_installed(bundle):
         return None
-    if resolved.startswith((".", "/", "~")):
-        return f"no model folder at {name}"
     return f"{resolved} is not downloaded and the hub is unreachable"
 
 
 def default_pair(device: str = "auto") -> tuple[str, str]:
     """(target, draft) by device: whisper-base with its self-draft on a CPU, large-v3 with tiny on a GPU."""
-    return GPU_DEFAULT_PAIR if pick_device(device).type == "cuda" else CPU_DEFAULT_PAIR
+    kind = pick_device(device).type if device == "auto" else torch.device(device).type  # here or not
+    return GPU_DEFAULT_PAIR if kind == "cuda" else CPU_DEFAULT_PAIR
 
 
 def pick_device(device: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu."""
+    """'auto' -> cuda when available, else cpu; any other name as torch names it ("cpu", "cuda", "cuda:1"),
+    a CUDA device the machine lacks refused with a clear message (ValueError) before anything loads."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    chosen = torch.device(device)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if chosen.type == "cuda" and (chosen.index or 0) >= count:
+        found = ", ".join(f"cuda:{index}" for index in range(count))
+        have = f"{count} CUDA device{'s' * (count > 1)} ({found})" if count else "no CUDA device"
+        raise ValueError(f"{device} is not here: this machine has {have}; use cpu or auto")
+    return chosen
 
 
 def load_model(name: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:

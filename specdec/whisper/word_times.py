@@ -1,14 +1,19 @@
-"""Word timestamps as `transformers` computes them, for tokens the target has already decoded.
+"""Word timestamps for tokens the target has already decoded, one computation whatever the decoding.
 
 A window's token times: the cross-attention of the target's alignment heads (its generation config's
-`alignment_heads`) over the window's tokens, normalised, median-filtered and aligned to the audio frames by
-dynamic time warping, as generate() does with `return_token_timestamps=True`; the attention comes from one
-teacher-forced pass of the target's decoder over the tokens it kept, never from a draft. Words: the tokens
-grouped as the ASR pipeline groups them for `return_timestamps="word"` (punctuation joined to its word),
-a word running from its first token's start to its last token's end.
+`alignment_heads`) over the window's text tokens, normalised, median-filtered and aligned to the audio
+frames by dynamic time warping; the attention comes from one teacher-forced pass of the target's decoder,
+never from a draft. The text tokens are aligned as openai-whisper (and faster-whisper) align them: alone,
+after `<|startoftranscript|><|lang|><|task|><|notimestamps|>` (no previous text, no timestamp tokens), the
+row that predicts the first of them included. So the same words get the same times whether the window was
+decoded with timestamp tokens or without. (generate()'s `return_token_timestamps` leaves that row out and
+aligns the timestamp tokens too: without them the first word is timed 0.00-0.00, with them the times
+shift; docs/usage.md.) Words: the tokens grouped as the ASR pipeline groups them for
+`return_timestamps="word"` (punctuation joined to its word), a word running from its first token's start
+to its last token's end.
 
-transformers' own functions do both (`_extract_token_timestamps`, `_combine_tokens_into_words`; private,
-but the pinned version is tested against generate() and the pipeline), so the times are its times.
+transformers' own functions do the alignment and the grouping (`_extract_token_timestamps`,
+`_combine_tokens_into_words`; private, but the pinned version is tested).
 """
 
 from __future__ import annotations
@@ -48,24 +53,42 @@ def token_times(
     num_frames: int,
     cross: KeysValues | None = None,
 ) -> list[float]:
-    """generate()'s token_timestamps for one window: len(sequence) times in seconds from the window's start,
-    token i ending at times[i] (the forced prompt's are 0). encoder_states: (1500, d_model), the window's;
-    sequence: its forced prompt and generated tokens; num_frames: its mel frames of audio; cross: the
-    window's cross-attention keys and values as its decoding computed them (not computed again)."""
+    """One window's token times: len(sequence) times in seconds from the window's start, token i ending at
+    times[i] and starting at times[i - 1] (the forced prompt's are 0, but its last: where the first text
+    token starts). Only the text tokens are aligned (`alignment_sequence`); a timestamp token takes no time,
+    ending where the next text token starts. encoder_states: (1500, d_model), the window's; sequence: its
+    forced prompt and generated tokens; num_frames: its mel frames of audio; cross: the window's
+    cross-attention keys and values as its decoding computed them (not computed again)."""
     heads = getattr(model.generation_config, "alignment_heads", None)
     if not heads:
         raise NoAlignmentHeads("the target's generation config has no alignment_heads: no word timestamps")
-    device = encoder_states.device
-    with torch.inference_mode():  # the last token's attention is never needed, as in generate()
-        input_ids = torch.tensor([list(sequence[:-1])], device=device)
+    config, device = model.generation_config, encoder_states.device
+    aligned, first = alignment_sequence(config, sequence, prompt_length)
+    with torch.inference_mode():  # the end of text's attention is never needed, as in generate()
+        input_ids = torch.tensor([aligned[:-1]], device=device)
         layers = {layer for layer, _ in heads}
         attentions = cross_attentions(model, encoder_states[None], input_ids, layers, cross)
-        sequences = torch.tensor([list(sequence)], device=device)
+        sequences = torch.tensor([aligned], device=device)
         outputs = GenerateEncoderDecoderOutput(sequences=sequences, cross_attentions=(attentions,))
-        times = model._extract_token_timestamps(
-            outputs, heads, num_frames=num_frames, num_input_ids=prompt_length
-        )
-    return times[0].tolist()
+        found = model._extract_token_timestamps(outputs, heads, num_frames=num_frames, num_input_ids=first)
+    starts = found[0].tolist()[first:]  # starts[j]: where text token j starts; starts[-1]: where all end
+    times, text_so_far = [], 0
+    for i, token in enumerate(sequence):
+        text_so_far += i >= prompt_length and token < config.eos_token_id
+        times.append(starts[text_so_far] if i >= prompt_length - 1 else 0.0)
+    return times
+
+
+def alignment_sequence(config, sequence: Sequence[int], prompt_length: int) -> tuple[list[int], int]:
+    """(the tokens to align, the index of the first row the alignment reads): the window's text tokens
+    after its `<|startoftranscript|>`, language and task and `<|notimestamps|>`, then the end of text
+    (whose row gives the last token's end), as openai-whisper aligns them; the row read first is
+    `<|notimestamps|>`'s, which predicts the first text token."""
+    prompt = list(sequence[:prompt_length])
+    start = len(prompt) - 1 - prompt[::-1].index(config.decoder_start_token_id)  # after any previous text
+    forced = [token for token in prompt[start:] if token != config.no_timestamps_token_id]
+    text = [token for token in sequence[prompt_length:] if token < config.eos_token_id]
+    return [*forced, config.no_timestamps_token_id, *text, config.eos_token_id], len(forced)
 
 
 def cross_attentions(
