@@ -132,3 +132,29 @@ def test_the_cli_says_a_lossy_output_is_not_the_targets(demo_models, tmp_path, c
     assert cli.main([*common, "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["speculative"]["lossless"] is True and "lossy_cost" not in record
+
+
+def test_the_compare_view_says_a_lossy_run_is_not_the_targets_and_what_it_cost(separate_pair):
+    from specdec.app import compare, views
+
+    options = TranscribeOptions(
+        language="en", max_new_tokens=40, num_draft_tokens=6, adaptive=False, acceptance_threshold=0.3
+    )
+    for seed in range(6):  # a clip where the threshold kept a token the target would not have chosen
+        clip = (0.1 * np.random.default_rng(seed).standard_normal(3 * 16_000)).astype(np.float32)
+        comparison = compare.compare(separate_pair, clip, options)
+        if comparison.speculative.result.num_relaxed:
+            break
+    assert comparison.baseline.result.lossless  # the target alone is exact whatever its options say
+    assert not comparison.identical and comparison.lossy_cost.token_edits > 0
+    badge = views.verdict_html(comparison)
+    assert "LOSSY (acceptance threshold 0.3, as asked): not the target's own output" in badge
+    assert "This is a bug" not in badge and "Saved:" in badge
+    rows = {row[0]: row[2] for row in views.metrics_rows(comparison)}
+    assert rows["LOSSY: tokens kept the target would not have chosen"] == str(
+        comparison.speculative.result.num_relaxed
+    )
+    exact = compare.compare(separate_pair, clip, TranscribeOptions.of(options, acceptance_threshold=None))
+    assert exact.lossy_cost is None and not any(
+        row[0].startswith("LOSSY") for row in views.metrics_rows(exact)
+    )

@@ -44,6 +44,18 @@ class Comparison:
         return ratio(self.baseline.result.total_seconds, self.speculative.result.total_seconds)
 
     @property
+    def lossy_cost(self) -> wer.LossyCost | None:
+        """With a lossy acceptance threshold, how far the speculative output is from the target alone's;
+        None for an exact decoding."""
+        if self.speculative.result.lossless:
+            return None
+        baseline, speculative = self.baseline, self.speculative
+        return wer.lossy_cost(
+            list(baseline.token_ids), baseline.text, list(speculative.token_ids), speculative.text,
+            "en" if self.options.task == "translate" else baseline.language,
+        )  # fmt: skip
+
+    @property
     def total_speedup_bound(self) -> float | None:
         """The end-to-end speedup a decode taking no time would give (`trace.speedup_bound`)."""
         return speedup_bound(self.baseline.result, self.speculative.result)
@@ -116,6 +128,8 @@ def verdict_html(comparison: Comparison, note: str = "") -> str:
     icon, colour, border = ("✅", "#166534", "#22c55e") if good else ("🚨", "#991b1b", "#ef4444")
     if good and not comparison.identical:
         icon, colour, border = ("🎲", "#854d0e", "#eab308")
+    if comparison.lossy_cost is not None:  # asked for: not the target's output, whatever it cost here
+        icon, colour, border = ("⚠️", "#9a3412", "#f97316")
     speed = (
         f"end to end {comparison.total_speedup:.2f}x · decode {comparison.decode_speedup:.2f}x · acceptance "
         + (
@@ -183,6 +197,9 @@ def wer_html(reference: str, comparison: Comparison) -> str:
 
 def verdict(comparison: Comparison) -> tuple[str, bool]:
     """A one-line verdict on the outputs and whether it is good news."""
+    cost = comparison.lossy_cost
+    if cost is not None:
+        return lossy_verdict(comparison, cost), True
     if comparison.identical and comparison.speculative.result.no_speech:
         options = comparison.options
         rule = ""
@@ -212,6 +229,17 @@ def verdict(comparison: Comparison) -> tuple[str, bool]:
     return (
         "DIFFERENT: the speculative output does not match the target alone. This is a bug; please report it.",
         False,
+    )
+
+
+def lossy_verdict(comparison: Comparison, cost: wer.LossyCost) -> str:
+    """What a lossy decoding is, what it cost against the target alone, and what it saved."""
+    baseline, speculative = comparison.baseline.result, comparison.speculative.result
+    saved = baseline.num_target_passes - speculative.num_target_passes
+    return (
+        f"LOSSY (acceptance threshold {speculative.acceptance_threshold:g}, as asked): not the target's own "
+        f"output. Cost: {cost.describe()}, {speculative.num_relaxed} tokens kept that the target would not "
+        f"have chosen. Saved: {saved} of {baseline.num_target_passes} target passes."
     )
 
 
@@ -253,6 +281,25 @@ def metrics_rows(comparison: Comparison) -> list[list[str]]:
             "yes" if comparison.baseline_first else "no",
             "no" if comparison.baseline_first else "yes",
         ],
+        *lossy_rows(comparison),
+    ]
+
+
+def lossy_rows(comparison: Comparison) -> list[list[str]]:
+    """With a lossy acceptance threshold, what it cost: tokens the target would not have chosen, token edits
+    and WER against the target alone."""
+    cost = comparison.lossy_cost
+    if cost is None:
+        return []
+    wer_text = "–" if cost.wer is None else f"{cost.wer:.1%}"
+    return [
+        [
+            "LOSSY: tokens kept the target would not have chosen",
+            "0",
+            str(comparison.speculative.result.num_relaxed),
+        ],
+        ["LOSSY: token edits from the target alone's output", "0", str(cost.token_edits)],
+        ["LOSSY: WER against the target alone's words", "0%", wer_text],
     ]
 
 

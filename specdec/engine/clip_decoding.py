@@ -153,7 +153,8 @@ class ClipDecoding:
             windows=tuple(self.windows),
             token_spans=tuple(self.token_spans) if self.options.word_timestamps else None,
             alignment_seconds=self.alignment_seconds,
-            acceptance_threshold=self.options.acceptance_threshold,
+            # the target alone is exact whatever its options say: only a speculative decoding relaxes
+            acceptance_threshold=self.options.acceptance_threshold if self.speculative else None,
         )
 
 
