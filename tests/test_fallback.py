@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
+from starlette.datastructures import FormData
 from test_lossless import CLIPS
 from transformers import GenerationConfig
 from transformers.generation.logits_process import (
@@ -32,6 +36,10 @@ from transformers.generation.logits_process import (
 from transformers.generation.utils import GenerationMixin
 from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
+from specdec import cli
+from specdec.api import Transcription
+from specdec.app import compare, openai_schema
+from specdec.app.openai_schema import ApiError
 from specdec.audio import load_audio
 from specdec.engine import clip_decoding
 from specdec.options import (
@@ -41,6 +49,8 @@ from specdec.options import (
     whisper_temperatures,
 )
 from specdec.scheduler import Scheduler
+from specdec.subtitles import Cue
+from specdec.trace import DecodeResult, Window
 from specdec.whisper.fallback import Fallback, compression_ratio, previous_text, window_segments
 from specdec.whisper.features import pair_features
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
@@ -549,3 +559,95 @@ def test_real_speech_passes_at_zero_and_is_generates_output(real_pair):
     assert our_attempts(transcription.result) == without_prompts(expected) and len(expected) == 1
     (window,) = transcription.result.windows
     assert window.temperature == 0.0 and not window.fell_back and window.compression_ratio < 2.4
+
+
+# --- the doors: Python API, command line, the page, /v1 ---
+
+
+def test_the_python_api_takes_the_fallbacks_options_by_name(separate_pair):
+    """`transcribe(..., temperature=(...), compression_ratio_threshold=...)`; a float temperature as ever."""
+    (transcription,) = separate_pair.transcribe(
+        CLIPS["chirp-4s"], sample_rate=16_000, language="en", max_new_tokens=MAX_NEW_TOKENS,
+        temperature=(0.0, 0.0), compression_ratio_threshold=0.0, condition_on_prev_tokens=True,
+        return_stats=True,
+    )  # fmt: skip
+    assert [(w.temperature, w.fell_back) for w in transcription.result.windows] == [(0.0, True), (0.0, False)]
+    (text,) = separate_pair.transcribe(
+        CLIPS["chirp-4s"], sample_rate=16_000, language="en", max_new_tokens=4, temperature=0.3, seed=1
+    )
+    assert isinstance(text, str)
+
+
+def test_the_command_line_falls_back_and_says_so(demo_models, tmp_path, capsys):
+    clip = tmp_path / "chirp.wav"
+    sf.write(clip, CLIPS["chirp-4s"], 16_000)
+    pair = ["--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"])]
+    argv = ["transcribe", str(clip), *pair, "--device", "cpu", "--language", "en", "--max-new-tokens", "24"]
+    fallback = ["--temperature", "0", "0", "--compression-ratio-threshold", "0"]
+    assert cli.main([*argv, *fallback, "--json"]) == 0
+    windows = json.loads(capsys.readouterr().out)["speculative"]["windows"]
+    assert [(w["temperature"], w["fell_back"]) for w in windows] == [(0.0, True), (0.0, False)]
+    assert windows[0]["compression_ratio"] > 0
+    assert cli.main([*argv, *fallback]) == 0
+    assert "  fallback: window at 0.0 s decoded at 0 (ratio " in capsys.readouterr().out
+
+
+def test_the_command_lines_switch_is_whispers_values():
+    def rules(*flags: str) -> dict:
+        return cli.whisper_rules(cli._parser("specdec").parse_args(["transcribe", "a.wav", *flags]))
+
+    off = {"compression_ratio_threshold": None, "logprob_threshold": None, "no_speech_threshold": None}
+    assert rules() == {"temperature": 0.0, **off}  # generate()'s default: no fallback
+    assert rules("--temperature", "0.3") == {"temperature": 0.3, **off}
+    assert rules("--temperature", "0", "0.5")["temperature"] == (0.0, 0.5)
+    assert rules("--fallback") == {"temperature": whisper_temperatures(), **off, **whisper_fallback()}
+    assert rules("--fallback", "--temperature", "0.4")["temperature"] == (0.4, 0.6, 0.8, 1.0)
+    both = rules("--fallback", "--detect-no-speech", "--logprob-threshold", "-2")
+    assert (both["logprob_threshold"], both["no_speech_threshold"], both["compression_ratio_threshold"]) == (
+        -2.0, 0.6, 2.4,
+    )  # fmt: skip
+
+
+def test_the_page_falls_back_with_whispers_values_by_default():
+    request = compare.CompareRequest(audio="clip.wav", pair="base")
+    assert request.fallback and request.options().temperatures == whisper_temperatures()
+    options = request.options()
+    assert (options.compression_ratio_threshold, options.logprob_threshold) == (2.4, -1.0)
+    hotter = dataclasses.replace(request, temperature=0.5).options()
+    assert hotter.temperatures == (0.5, 0.7, 0.9)
+    off = dataclasses.replace(request, fallback=False, detect_no_speech=False).options()
+    assert (
+        off.temperature == 0.0 and off.compression_ratio_threshold is None and off.logprob_threshold is None
+    )
+    with pytest.raises(compare.UserError, match="fallback must be true or false"):
+        dataclasses.replace(request, fallback="yes").options()
+
+
+def test_v1_falls_back_as_openais_model_unless_asked_not_to():
+    store = SimpleNamespace(pairs={"base+tiny.en": ("base", "tiny.en")}, default_pair="base+tiny.en")
+    asked = openai_schema.asked(FormData([("model", "base+tiny.en")]), store, "clip.wav")
+    assert asked.request.options().temperatures == whisper_temperatures()
+    assert asked.request.options().no_speech_threshold is None  # the no-speech rule stays generate()'s: off
+    form = FormData([("model", "base+tiny.en"), ("fallback", "false"), ("temperature", "0.2")])
+    off = openai_schema.asked(form, store, "clip.wav").request.options()
+    assert off.temperature == 0.2 and off.compression_ratio_threshold is None
+    with pytest.raises(ApiError, match="fallback must be true or false"):
+        openai_schema.asked(FormData([("model", "base+tiny.en"), ("fallback", "maybe")]), store, "clip.wav")
+
+
+def test_a_window_decoded_again_is_not_the_clips_verdict():
+    """`no_speech` reads the kept decodings only; `sampled` any decoding above 0; /v1's segment reports the
+    temperature its window ended at."""
+    windows = (
+        Window(0, 0.0, 3.0, temperature=0.0, compression_ratio=5.8, fell_back=True),
+        Window(1, 0.0, 3.0, no_speech=True, temperature=0.2, compression_ratio=1.1),
+    )
+    result = DecodeResult((), (), "en", (), (), (), (), 0.0, windows=windows)
+    assert result.no_speech and result.sampled
+    assert not dataclasses.replace(result, windows=windows[:1]).sampled
+    transcription = Transcription("clip.wav", "la", result, (Cue(0.5, 2.0, " la", ()),))
+    request = compare.CompareRequest(audio="clip.wav", pair="base", timestamps=True)
+    asked = openai_schema.Asked("base", request, "verbose_json", prompt="", check=False)
+    body = openai_schema.response(asked, openai_schema.Answer(transcription, seconds=3.0)).body
+    (segment,) = json.loads(body)["segments"]
+    assert segment["temperature"] == 0.2
