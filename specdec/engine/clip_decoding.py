@@ -111,7 +111,7 @@ class ClipDecoding:
             return previous_text(self.segments, timestamp_begin(config), max_target_positions), True
         return list(self.options.prompt_ids), False
 
-    def judge(self, row: Row, config: GenerationConfig) -> Verdict:
+    def judge(self, row: Row) -> Verdict:
         """What generate() decides about a finished window (`Fallback.verdict`), from the target's numbers
         for it; a verdict's fallback is dropped when no temperature is left (the window is then kept)."""
         avg_logprob, no_speech = None, False
@@ -165,9 +165,8 @@ class ClipDecoding:
     def _window_record(self, row: Row, verdict: Verdict) -> Window:
         seconds = round(self.window_frames * FRAME_SECONDS, 2)
         start = round(self.seek * FRAME_SECONDS, 2)
-        avg_logprob = row.no_speech.avg_logprob(row.token_logprobs) if row.no_speech is not None else None
         return Window(
-            self.window, start, seconds, no_speech_prob=row.no_speech_prob, avg_logprob=avg_logprob,
+            self.window, start, seconds, no_speech_prob=row.no_speech_prob, avg_logprob=verdict.avg_logprob,
             no_speech=verdict.no_speech, temperature=self.temperature,
             compression_ratio=verdict.compression_ratio, fell_back=verdict.needs_fallback,
         )  # fmt: skip

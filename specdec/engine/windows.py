@@ -125,7 +125,7 @@ class WindowBatch:
             states, cross = self._states.pop(id(row), None), self._cross.pop(id(row), None)
             if clip.done:  # dropped
                 continue
-            verdict = clip.judge(row, config)
+            verdict = clip.judge(row)
             timed = states is not None and not verdict.needs_fallback  # a window decoded again is not timed
             times = self._token_times(clip, row, states, cross) if timed else None
             clip.finish_window(row, verdict, config, self.clock, times)

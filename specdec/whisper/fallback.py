@@ -42,6 +42,7 @@ class Verdict:
     """What generate() decides about one decoded window."""
 
     compression_ratio: float  # of its generated tokens, end-of-text included
+    avg_logprob: float | None  # of the same tokens, as generate() averages them (None: no token)
     needs_fallback: bool  # decode it again at the next temperature (if there is one)
     no_speech: bool  # judged no speech: nothing kept, the seek moved past it
 
@@ -83,7 +84,7 @@ class Fallback:
         if self.logprob_threshold is not None and avg_logprob is not None:
             average = torch.tensor(avg_logprob, dtype=torch.float32)
             needs = needs or bool(average < self.logprob_threshold)
-        return Verdict(ratio, needs and not no_speech, no_speech)
+        return Verdict(ratio, avg_logprob, needs and not no_speech, no_speech)
 
     def conditions_next(self, temperature: float) -> bool:
         """Whether the window after one that ended at this temperature is conditioned on earlier text."""
