@@ -315,11 +315,16 @@ def _generate_attempts(
         verdicts.append((seek_sequence.tolist(), temperature or 0.0, *verdict))
         return verdict
 
-    features = target.processor.feature_extractor(waveform, sampling_rate=16_000, return_tensors="pt")
+    long = len(waveform) > 30 * 16_000  # generate()'s long-form input: the whole file, and its mask
+    whole = {"truncation": False, "padding": "longest", "return_attention_mask": True} if long else {}
+    features = target.processor.feature_extractor(
+        waveform, sampling_rate=16_000, return_tensors="pt", **whole
+    )
+    mask = {"attention_mask": features.attention_mask} if long else {}
     with pytest.MonkeyPatch.context() as patch, torch.inference_mode():
         patch.setattr(GenerationMixin, "generate", spy_generate)
         patch.setattr(WhisperGenerationMixin, "_need_fallback", spy_need_fallback)
-        output = target.model.generate(features.input_features, **generate_kwargs(target, options))
+        output = target.model.generate(features.input_features, **mask, **generate_kwargs(target, options))
     sequence = (output["sequences"] if isinstance(output, dict) else output)[0].tolist()
     eos = target.model.generation_config.eos_token_id
     attempts, index = [], 0  # index: the attempt's temperature in options.temperatures
@@ -490,6 +495,25 @@ def test_a_window_ended_at_half_or_more_conditions_no_other(separate_pair, tempe
             assert all((prev_sot in attempt.prompt) is conditions for attempt in later)
             checked += len(later)
     assert checked > 0  # the seek loop went on past a first window, in both
+
+
+def test_sequential_long_form_falls_back_and_conditions_as_generate(separate_pair):
+    """34 s of the assets' clips: generate()'s long-form path (the whole file's features and its mask),
+    window by window, with greedy retries and conditioning on the text kept so far."""
+    clips = [load_audio(path) for path in sorted(ASSETS.glob("*.wav"))]
+    waveform = np.concatenate([*clips, clips[0][: 8 * 16_000]])
+    assert len(waveform) > 30 * 16_000
+    options = DecodeOptions(
+        language="en", timestamps=True, condition_on_prev_tokens=True, temperature=(0.0, 0.0)
+    )
+    options = planted(separate_pair, options, "between", [waveform])
+    with spied_prompts() as prompts:
+        result = separate_pair.transcribe_waveforms([waveform], options)[0]
+    expected_ids, expected = generate_attempts(separate_pair.pair.target, waveform, options)
+    assert our_attempts(result.result, prompts) == expected
+    assert list(result.token_ids) == expected_ids
+    seeks = {window.start_seconds for window in result.result.windows}
+    assert len(seeks) >= 2 and any(attempt.fell_back for attempt in expected)
 
 
 def test_the_scheduler_decodes_fallback_requests_as_alone(shared_pair):
