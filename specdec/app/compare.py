@@ -119,8 +119,8 @@ class CompareRequest:
         if not isinstance(self.fallback, bool):
             raise UserError(f"fallback must be true or false, not {str(self.fallback)[:20]!r}.")
         temperature = float(self.temperature)
-        if not (self.fallback and math.isfinite(temperature)):  # NaN: refused by the options
-            return {"temperature": temperature}
+        if not (self.fallback and math.isfinite(temperature) and temperature >= 0):
+            return {"temperature": temperature}  # (out of range: refused by the options, as it was given)
         return whisper_fallback(temperature)
 
     def options(self) -> TranscribeOptions:
