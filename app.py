@@ -99,6 +99,7 @@ from specdec.app.store import (
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
 from specdec.options import (
+    WHISPER_COMPRESSION_RATIO_THRESHOLD,
     WHISPER_LOGPROB_THRESHOLD,
     WHISPER_NO_SPEECH_THRESHOLD,
     DecodeOptions,
@@ -152,6 +153,12 @@ NO_SPEECH_HELP = (
     f"openai-whisper's transcribe() defaults (no-speech probability over {WHISPER_NO_SPEECH_THRESHOLD:g} and "
     f"average log-probability under {WHISPER_LOGPROB_THRESHOLD:g}): a window judged silence is left empty; "
     "off, every window is decoded, as generate() does by default"
+)
+FALLBACK_HELP = (
+    f"openai-whisper's transcribe() defaults: a window whose tokens compress more than "
+    f"{WHISPER_COMPRESSION_RATIO_THRESHOLD:g} times under zlib (a loop) or whose average log-probability is "
+    f"under {WHISPER_LOGPROB_THRESHOLD:g} is decoded again, sampled, at the next temperature up to 1 by 0.2, "
+    "as generate() does with those options; off: one temperature, generate()'s default"
 )
 PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
 OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The example clips)
@@ -297,6 +304,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         skip_silence,
         word_timestamps=False,
         detect_no_speech=True,
+        fallback=True,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -305,6 +313,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
             skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
+            fallback=fallback,
         )  # fmt: skip
         view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
@@ -337,6 +346,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         skip_silence,
         word_timestamps=False,
         detect_no_speech=True,
+        fallback=True,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -344,7 +354,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
-            detect_no_speech=detect_no_speech,
+            detect_no_speech=detect_no_speech, fallback=fallback,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
@@ -412,6 +422,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             )
             skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
             no_speech = gr.Checkbox(True, label="Leave windows of no speech empty", info=NO_SPEECH_HELP)
+            fallback = gr.Checkbox(True, label="Temperature fallback against loops", info=FALLBACK_HELP)
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -490,7 +501,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 
     run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_compare,
-        [*settings, reference, skip_silence, word_timestamps, no_speech],
+        [*settings, reference, skip_silence, word_timestamps, no_speech, fallback],
         outputs,
         api_name="compare",
         concurrency_limit=MODEL_EVENTS,
@@ -498,7 +509,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_transcribe,
-        [*settings, skip_silence, word_timestamps, no_speech],
+        [*settings, skip_silence, word_timestamps, no_speech, fallback],
         [speculative_text, tokens, details, words],
         api_name="transcribe",
         concurrency_limit=MODEL_EVENTS,

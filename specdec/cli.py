@@ -37,9 +37,11 @@ from specdec.distill.command import add_distill_parser, run_distill_command  # n
 from specdec.longform import LONG_FORM_MODES  # noqa: E402
 from specdec.options import (  # noqa: E402
     TASKS,
+    WHISPER_COMPRESSION_RATIO_THRESHOLD,
     WHISPER_LOGPROB_THRESHOLD,
     WHISPER_NO_SPEECH_THRESHOLD,
     TranscribeOptions,
+    whisper_temperatures,
 )
 from specdec.subtitles import FORMATS  # noqa: E402
 from specdec.trace import DecodeResult, Step, speedup_bound  # noqa: E402
@@ -114,7 +116,35 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="SRT and WebVTT files with a cue per word (needs --word-timestamps)",
     )
     transcribe.add_argument(
-        "--temperature", type=float, default=TranscribeOptions.temperature, help="0: greedy (default)"
+        "--temperature",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="T",
+        help="0: greedy (default); above 0: sampling; several (e.g. 0 0.2 0.4 0.6 0.8 1): generate()'s "
+        "temperature fallback, a window failing --compression-ratio-threshold or --logprob-threshold "
+        "decoded again at the next",
+    )
+    transcribe.add_argument(
+        "--compression-ratio-threshold",
+        type=float,
+        default=None,
+        help="the fallback's loop test: a window whose tokens compress more than this under zlib fails",
+    )
+    transcribe.add_argument(
+        "--fallback",
+        action="store_true",
+        help="Whisper's temperature fallback against loops and unsure text: temperatures from --temperature "
+        f"up to 1 by 0.2 ({' '.join(f'{t:g}' for t in whisper_temperatures())} by default), "
+        f"--compression-ratio-threshold {WHISPER_COMPRESSION_RATIO_THRESHOLD} --logprob-threshold "
+        f"{WHISPER_LOGPROB_THRESHOLD} (each unless given; off by default, as generate())",
+    )
+    transcribe.add_argument(
+        "--condition-on-prev-tokens",
+        action="store_true",
+        default=None,
+        help="generate()'s: each window's prompt holds the text kept so far (unless the window before ended "
+        "at a temperature of 0.5 or more)",
     )
     transcribe.add_argument("--top-p", type=float, default=None)
     transcribe.add_argument("--seed", type=int, default=None)
@@ -152,7 +182,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="generate()'s no-speech rule: a window whose <|nospeech|> probability is above this and whose "
         "average log-probability is below --logprob-threshold is left empty (off by default, as generate())",
     )
-    transcribe.add_argument("--logprob-threshold", type=float, default=None, help="see --no-speech-threshold")
+    transcribe.add_argument(
+        "--logprob-threshold", type=float, default=None, help="see --no-speech-threshold and --temperature"
+    )
     transcribe.add_argument(
         "--detect-no-speech",
         action="store_true",
@@ -357,7 +389,6 @@ def _transcribe(args: argparse.Namespace) -> int:
         task=args.task,
         timestamps=args.timestamps,
         word_timestamps=args.word_timestamps,
-        temperature=args.temperature,
         top_p=args.top_p,
         seed=args.seed,
         num_draft_tokens=args.num_draft_tokens,
@@ -365,7 +396,8 @@ def _transcribe(args: argparse.Namespace) -> int:
         cost_aware=args.cost_aware,
         max_new_tokens=args.max_new_tokens,
         acceptance_threshold=args.acceptance_threshold,
-        **no_speech_rule(args),
+        **whisper_rules(args),
+        condition_on_prev_tokens=args.condition_on_prev_tokens,
         batch_size=args.batch_size,
         long_form=args.long_form,
         skip_silence=args.skip_silence,
@@ -403,16 +435,29 @@ def _transcribe(args: argparse.Namespace) -> int:
     return exit_code
 
 
-def no_speech_rule(args: argparse.Namespace) -> dict[str, float | None]:
-    """The thresholds of generate()'s no-speech rule: as given, or Whisper's with --detect-no-speech."""
-    rule = {"no_speech_threshold": args.no_speech_threshold, "logprob_threshold": args.logprob_threshold}
+def whisper_rules(args: argparse.Namespace) -> dict:
+    """The temperatures and the thresholds of generate()'s no-speech rule and temperature fallback: as
+    given, else Whisper's values with --detect-no-speech and --fallback (which also turns one temperature
+    into openai-whisper's steps from it up to 1)."""
+    given = args.temperature or [TranscribeOptions.temperature]
+    temperature = given[0] if len(given) == 1 else tuple(given)
+    whisper = {}
     if args.detect_no_speech:
-        whisper = {
+        whisper |= {
             "no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD,
             "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
         }
-        rule = {name: whisper[name] if value is None else value for name, value in rule.items()}
-    return rule
+    if args.fallback:
+        whisper |= {
+            "compression_ratio_threshold": WHISPER_COMPRESSION_RATIO_THRESHOLD,
+            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
+        }
+        temperature = whisper_temperatures(given[0]) if len(given) == 1 else temperature
+    names = ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
+    thresholds = {name: getattr(args, name) for name in names}
+    return {"temperature": temperature} | {
+        name: whisper.get(name) if value is None else value for name, value in thresholds.items()
+    }
 
 
 def output_formats(args: argparse.Namespace) -> tuple[str, ...]:
@@ -474,6 +519,7 @@ def json_record(speculative: Transcription, baseline: Transcription | None) -> d
             "acceptance_rate": speculative.result.acceptance_rate,
             "lossless": speculative.result.lossless,  # False: a lossy acceptance threshold, not the target's
             "words": None if speculative.words is None else [vars(word) for word in speculative.words],
+            "windows": [dataclasses.asdict(window) for window in speculative.result.windows],
             "stats": speculative.result.stats(),
             "steps": [_step_record(speculative.result, step) for step in speculative.result.steps],
         },
@@ -511,8 +557,11 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
         lines.append(f"  [{word.start:6.2f} -> {word.end:6.2f}] {word.text.strip()}")
     if not result.lossless:
         lines.append(lossy_line(speculative, baseline))
+    lines += fallback_lines(result)
     if baseline is not None:
         identical = "identical" if baseline.token_ids == speculative.token_ids else "DIFFERENT"
+        if identical == "DIFFERENT" and (result.sampled or baseline.result.sampled):
+            identical = "different samples (a window was sampled)"
         speedup = baseline.result.total_seconds / max(result.total_seconds, 1e-9)
         bound = speedup_bound(baseline.result, result)
         at_most = "" if bound is None else f" (at most {bound:.2f}x with a decode taking no time)"
@@ -543,6 +592,23 @@ def _cost(speculative: Transcription, baseline: Transcription) -> LossyCost:
         list(baseline.token_ids), baseline.text, list(speculative.token_ids), speculative.text,
         baseline.language,
     )  # fmt: skip
+
+
+def fallback_lines(result: DecodeResult) -> list[str]:
+    """A line for each window the temperature fallback decoded again: its temperatures, and its numbers at
+    each (compression ratio, average log-probability)."""
+    lines, tried = [], []
+    for window in result.windows:
+        numbers = f"{window.temperature:g} (ratio {window.compression_ratio:.2f}, "
+        average = "n/a" if window.avg_logprob is None else f"{window.avg_logprob:.2f}"
+        tried.append(f"{numbers}log-prob {average})")
+        if not window.fell_back:
+            if len(tried) > 1:
+                lines.append(
+                    f"  fallback: window at {window.start_seconds:.1f} s decoded at {', '.join(tried)}"
+                )
+            tried = []
+    return lines
 
 
 def _one_line(error: Exception) -> str:

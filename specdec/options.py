@@ -15,6 +15,10 @@ LONG_FORM_MODES = ("sequential", "chunked")
 Progress = Callable[[float, str], None]
 # Whisper's own values of generate()'s no-speech rule (openai-whisper's transcribe() defaults)
 WHISPER_NO_SPEECH_THRESHOLD, WHISPER_LOGPROB_THRESHOLD = 0.6, -1.0
+# and of its temperature fallback: a window fails when its tokens compress more than this (a loop) or its
+# average log-probability is below WHISPER_LOGPROB_THRESHOLD, and is decoded again at the next temperature
+WHISPER_COMPRESSION_RATIO_THRESHOLD = 2.4
+WHISPER_TEMPERATURE_STEP = 0.2  # openai-whisper's temperature_increment_on_fallback
 # generate() judges a window by both numbers (with no_speech_threshold alone it fails: UnboundLocalError)
 NO_SPEECH_NEEDS_LOGPROB = (
     "no_speech_threshold needs logprob_threshold too: a window is judged no speech by both "
@@ -35,6 +39,22 @@ def check_temperature(temperature: float) -> None:
         raise ValueError(f"temperature must be 0 (greedy) or a finite number from {MIN_TEMPERATURE} up")
 
 
+def whisper_temperatures(start: float = 0.0) -> tuple[float, ...]:
+    """openai-whisper's fallback temperatures from `start` up to 1.0 by 0.2 (its transcribe CLI's rule):
+    (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) from 0."""
+    steps = math.floor((1.0 - start) / WHISPER_TEMPERATURE_STEP + 1e-6)
+    return tuple(round(start + i * WHISPER_TEMPERATURE_STEP, 6) for i in range(max(steps, 0) + 1))
+
+
+def whisper_fallback(start: float = 0.0) -> dict:
+    """DecodeOptions fields for Whisper's temperature fallback with its own values, from `start`."""
+    return {
+        "temperature": whisper_temperatures(start),
+        "compression_ratio_threshold": WHISPER_COMPRESSION_RATIO_THRESHOLD,
+        "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
+    }
+
+
 def check_long_form(long_form: str) -> None:
     if long_form not in LONG_FORM_MODES:
         raise ValueError(f"long_form must be one of {LONG_FORM_MODES}, not {long_form!r}")
@@ -47,7 +67,11 @@ class DecodeOptions:
     timestamps: bool = False  # predict timestamp tokens (generate()'s return_timestamps=True)
     word_timestamps: bool = False  # time each kept token (and so each word) from the target's alignment
     # heads' cross-attention over the text tokens (`whisper.word_times`): one more decoder pass a window
-    temperature: float = 0.0  # 0: greedy; > 0: speculative sampling from the target's distribution
+    temperature: float | tuple[float, ...] = 0.0  # 0: greedy; from MIN_TEMPERATURE: speculative sampling
+    # from the target's distribution; several (e.g. `whisper_temperatures()`): generate()'s temperature
+    # fallback, each window decoded at the first, and again at the next while it fails
+    # compression_ratio_threshold or logprob_threshold (the last one's output kept if every one fails);
+    # with neither threshold, the first
     top_p: float | None = None  # nucleus sampling on the target's (and draft's) distribution
     seed: int | None = None  # seeds the explicit torch.Generator used for sampling
     num_draft_tokens: int = 5  # k: tokens the draft proposes per target pass (the start value if adaptive)
@@ -66,16 +90,24 @@ class DecodeOptions:
     # log-probability of its tokens is below logprob_threshold (Whisper's values: 0.6 and -1.0; both needed).
     # None: the target's generation config's value, which OpenAI's checkpoints leave unset: off, as generate()
     no_speech_threshold: float | None = None
-    logprob_threshold: float | None = None  # alone it changes no output (generate() would only retry at a
-    # next temperature, and there is one); the windows' average log-probabilities are recorded
+    logprob_threshold: float | None = None  # with a single temperature, alone it changes no output (a
+    # failing window has no next temperature); the windows' average log-probabilities are recorded
+    # generate()'s: a window whose tokens (as bytes, end-of-text included) compress by more than this under
+    # zlib fails and is decoded again at the next temperature (Whisper's value: 2.4); None: the target's
+    # generation config's (unset in OpenAI's checkpoints: off)
+    compression_ratio_threshold: float | None = None
+    # generate()'s: each window's prompt holds the text kept so far (its last 223 tokens) after
+    # <|startofprev|>, unless the window before ended at a temperature of 0.5 or more; the first window
+    # sees only prompt_ids. None: the target's generation config's (unset in OpenAI's checkpoints: off)
+    condition_on_prev_tokens: bool | None = None
     # LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top
-    # probability (greedy only); the output is then no longer the target's. None: exact (the default)
+    # probability (greedy windows only); the output is then no longer the target's. None: exact (the default)
     acceptance_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, not {self.task!r}")
-        check_temperature(self.temperature)
+        self._check_temperature()
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
         if self.num_draft_tokens < 0:
@@ -86,14 +118,31 @@ class DecodeOptions:
             raise ValueError("draft_confidence must be in [0, 1)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
-        for name in ("no_speech_threshold", "logprob_threshold"):
+        for name in ("no_speech_threshold", "logprob_threshold", "compression_ratio_threshold"):
             value = getattr(self, name)
             is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if value is not None and not (is_number and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number or None")
         if self.no_speech_threshold is not None and self.logprob_threshold is None:
             raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
+        if self.condition_on_prev_tokens not in (None, True, False):
+            raise ValueError("condition_on_prev_tokens must be true, false or None")
         self._check_acceptance_threshold()
+
+    def _check_temperature(self) -> None:
+        """A number, or a non-empty sequence of them (kept as a tuple), each `check_temperature`'s."""
+        value = self.temperature
+        if isinstance(value, (list, tuple)):
+            object.__setattr__(self, "temperature", tuple(value))  # frozen: hashable, compared by value
+            if not value:
+                raise ValueError("temperature must be a number or a list of them, not an empty list")
+        for temperature in self.temperatures:
+            check_temperature(temperature)
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """The temperatures a window may be decoded at, in order (one: no fallback)."""
+        return self.temperature if isinstance(self.temperature, tuple) else (self.temperature,)
 
     def _check_acceptance_threshold(self) -> None:
         threshold = self.acceptance_threshold
@@ -102,7 +151,7 @@ class DecodeOptions:
         is_number = isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
         if not (is_number and 0 < threshold <= 1):
             raise ValueError("acceptance_threshold must be in (0, 1], or None for exact decoding")
-        if self.sampling:
+        if self.temperatures[0] > 0:
             raise ValueError(
                 "acceptance_threshold relaxes greedy decoding (temperature 0); sampling keeps the "
                 "target's distribution exactly"
@@ -110,7 +159,8 @@ class DecodeOptions:
 
     @property
     def sampling(self) -> bool:
-        return self.temperature > 0
+        """Some window may be sampled: a temperature above 0 (a fallback's, once a window fails)."""
+        return any(temperature > 0 for temperature in self.temperatures)
 
     @property
     def lossless(self) -> bool:

@@ -86,7 +86,9 @@ class Window:
     """One decoded window (up to 30 s) and where it lies in the file: the seek table of a long file.
 
     Tokens and steps name their window by `index`; a plot of a long file's steps marks its boundaries
-    from here.
+    from here. With the temperature fallback a window may be decoded more than once: each decoding has its
+    record, those that failed the thresholds marked `fell_back` (their tokens kept=False), and the next
+    record is the same audio decoded again at the next temperature.
     """
 
     index: int  # the `window` of its tokens and steps
@@ -99,6 +101,10 @@ class Window:
     no_speech_prob: float | None = None
     avg_logprob: float | None = None
     no_speech: bool = False  # judged no speech: its tokens dropped, decoding moved on past the window
+    temperature: float = 0.0  # what it was decoded at (0: greedy)
+    compression_ratio: float | None = None  # generate()'s: its tokens' bytes (end-of-text included) over
+    # their zlib-compressed length (a decoding loop compresses well)
+    fell_back: bool = False  # failed the temperature fallback's thresholds: decoded again at the next one
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,13 @@ class DecodeResult:
     @property
     def no_speech(self) -> bool:
         """Every window was judged no speech (generate()'s no-speech rule), so the text is empty."""
-        return bool(self.windows) and all(window.no_speech for window in self.windows)
+        final = [window for window in self.windows if not window.fell_back]
+        return bool(final) and all(window.no_speech for window in final)
+
+    @property
+    def sampled(self) -> bool:
+        """Some window was decoded at a temperature above 0 (asked for, or the fallback's)."""
+        return any(window.temperature > 0 for window in self.windows)
 
     def pass_of(self, step: Step) -> Pass:
         """The batched target pass a step took part in."""

@@ -267,7 +267,9 @@ def test_the_app_shows_no_speech_detected_under_its_verdict(real_pair):
     options = compare.CompareRequest(audio="tone.wav", pair="base", language="en").options()
     assert (options.no_speech_threshold, options.logprob_threshold) == (0.6, -1.0)
     off = compare.CompareRequest(audio="tone.wav", pair="base", detect_no_speech=False).options()
-    assert off.no_speech_threshold is None and off.logprob_threshold is None
+    assert off.no_speech_threshold is None  # (logprob_threshold stays -1.0: the fallback's, on by default)
+    both_off = compare.CompareRequest(audio="tone.wav", pair="base", detect_no_speech=False, fallback=False)
+    assert both_off.options().no_speech_threshold is None and both_off.options().logprob_threshold is None
     comparison = compare.compare(real_pair, tone(), options)
     view = views.build_view(real_pair, comparison, reference="")
     assert view.baseline_text == view.speculative_text == views.NO_SPEECH == "No speech detected"

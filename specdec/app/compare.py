@@ -8,6 +8,7 @@ run pays first-call costs, and callers alternate which run goes first from one c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from specdec.options import (
     WHISPER_NO_SPEECH_THRESHOLD,
     DecodeOptions,
     TranscribeOptions,
+    whisper_fallback,
 )
 from specdec.vad import rms_dbfs
 
@@ -94,6 +96,7 @@ class CompareRequest:
     long_form: str = "sequential"  # audio over 30 s: "sequential" (generate()'s own) or "chunked"
     skip_silence: bool = False  # audio over 30 s: decode only its speech (Silero VAD)
     detect_no_speech: bool = True  # Whisper's no-speech rule: a window judged silence is left empty
+    fallback: bool = True  # Whisper's temperature fallback: a looping or unsure window decoded again hotter
     word_timestamps: bool = False  # time each word from the target's alignment heads
 
     def no_speech_options(self) -> dict:
@@ -109,6 +112,17 @@ class CompareRequest:
             "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
         }
 
+    def fallback_options(self) -> dict:
+        """DecodeOptions' temperatures and thresholds: with `fallback`, Whisper's (from the chosen temperature
+        up to 1 by 0.2, compression ratio 2.4, log-probability -1.0); else the temperature alone (generate()'s
+        default)."""
+        if not isinstance(self.fallback, bool):
+            raise UserError(f"fallback must be true or false, not {str(self.fallback)[:20]!r}.")
+        temperature = float(self.temperature)
+        if not (self.fallback and math.isfinite(temperature) and temperature >= 0):
+            return {"temperature": temperature}  # (out of range: refused by the options, as it was given)
+        return whisper_fallback(temperature)
+
     def options(self) -> TranscribeOptions:
         """The decoding options, every value checked (API clients can send anything)."""
         if not isinstance(self.timestamps, bool):
@@ -118,7 +132,6 @@ class CompareRequest:
                 language=chosen_language(self.language),
                 task=self.task,
                 timestamps=self.timestamps,
-                temperature=float(self.temperature),
                 seed=checked_seed(self.seed),
                 num_draft_tokens=int(self.num_draft_tokens),
                 adaptive=self.draft_length == "adaptive",
@@ -126,7 +139,7 @@ class CompareRequest:
                 cost_aware=self.draft_length == "adaptive"
                 and self.long_form == "chunked"
                 and float(self.temperature) == 0,
-                **self.no_speech_options(),
+                **(self.no_speech_options() | self.fallback_options()),
                 word_timestamps=self.word_timestamps is True,
                 long_form=self.long_form,
                 skip_silence=self.skip_silence,

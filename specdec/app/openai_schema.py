@@ -120,6 +120,7 @@ def asked(
     request = compare.CompareRequest(
         audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
         temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
+        fallback=_flag(form, "fallback") if _text(form, "fallback") else True,  # as OpenAI's model: on
         word_timestamps="word" in granularities,
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
@@ -287,7 +288,7 @@ def _window_of(windows: Sequence[Window], cue: subtitles.Cue) -> Window | None:
     """The window a segment was decoded in: the last one starting at or before the segment."""
     found = None
     for window in windows:
-        if window.start_seconds <= cue.start_seconds + 1e-6:
+        if window.start_seconds <= cue.start_seconds + 1e-6 and not window.fell_back:  # the kept decoding
             found = window
     return found
 
@@ -313,7 +314,7 @@ def _segments(asked: Asked, transcription: Transcription) -> list[dict]:
     return [
         {"id": index, "seek": round(window.start_seconds * 100) if window else None,
          "start": cue.start_seconds, "end": cue.end_seconds, "text": cue.text, "tokens": list(cue.token_ids),
-         "temperature": asked.request.temperature,
+         "temperature": window.temperature if window else asked.request.temperature,
          "avg_logprob": window.avg_logprob if window else None,
          "compression_ratio": ratios[window.index] if window else None,
          "no_speech_prob": window.no_speech_prob if window else None}

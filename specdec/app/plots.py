@@ -284,9 +284,12 @@ def _group(window: Window) -> int:
 
 
 def _window_name(window: Window) -> str:
-    """1-based, as people count: "window 3" or "window 3 (chunk 2)"."""
+    """1-based, as people count: "window 3" or "window 3 (chunk 2)", and the temperature fallback's part in
+    it: "window 4 at temperature 0.2" (the same audio decoded again), "..., failed: decoded again"."""
     chunk = "" if window.chunk is None else f" (chunk {window.chunk + 1})"
-    return f"window {window.index + 1}{chunk}"
+    fallback = "" if window.temperature == 0 else f" at temperature {window.temperature:g}"
+    fallback += ", failed: decoded again" if window.fell_back else ""
+    return f"window {window.index + 1}{chunk}{fallback}"
 
 
 def _window_hover(row: WindowStats, end: float) -> str:

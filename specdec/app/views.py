@@ -220,10 +220,11 @@ def verdict(comparison: Comparison) -> tuple[str, bool]:
         )
     if comparison.identical:
         return "Identical: the speculative output is token for token the target's own output.", True
-    if comparison.options.sampling:
+    if comparison.baseline.result.sampled or comparison.speculative.result.sampled:
         return (
-            "Sampling (temperature > 0): the two runs draw different samples from the same distribution; "
-            "only greedy decoding (temperature 0) is expected to match token for token.",
+            "Sampling (temperature > 0, asked for or the fallback's): the two runs draw different samples "
+            "from the same distribution; only greedy decoding (temperature 0) is expected to match token for "
+            "token.",
             True,
         )
     return (

@@ -1,7 +1,8 @@
 """One clip's way through generate()'s seek loop: where its next window starts, the row that decodes it, and
 what each finished window leaves (`whisper.tokens.split_window`: its tokens up to the last timestamp pair,
-then a seek to that pair's first timestamp; a window judged no speech keeps nothing). `engine.windows`
-decodes many clips' windows as the rows of one batch.
+then a seek to that pair's first timestamp; a window judged no speech keeps nothing). With the temperature
+fallback (`whisper.fallback`), a window that fails its thresholds leaves nothing and is decoded again, as
+a new row, at the next temperature. `engine.windows` decodes many clips' windows as the rows of one batch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult, Encoding, Pass, Step, TokenRecord, Window
 from specdec.whisper import word_times
+from specdec.whisper.fallback import Fallback, Verdict, previous_text, window_segments
 from specdec.whisper.features import PairFeatures
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
 from specdec.whisper.models import ModelPair
@@ -41,9 +43,15 @@ class ClipDecoding:
     options: DecodeOptions
     speculative: bool = True  # the draft proposes for its windows (where it speaks their language)
     seek: int = 0  # first frame of the next window
-    window: int = 0  # index of the next window
+    window: int = 0  # index of the next window's record (each decoding of a window has one)
+    attempt: int = 0  # the next window's temperature, an index into options.temperatures
     language_id: int | None = None
     first_prompt: list[int] | None = None
+    fallback: Fallback | None = None  # generate()'s temperature fallback (set with the first row)
+    segments: list[list[int]] = dataclasses.field(default_factory=list)  # generate()'s segments so far
+    # (prompt_ids' text first), what a conditioned window's prompt holds (`whisper.fallback.previous_text`)
+    conditioned: bool | None = None  # whether the next window is conditioned on them (generate()'s
+    # do_condition_on_prev_tokens: the option as given for the first window)
     output: list[int] = dataclasses.field(default_factory=list)
     tokens: list[TokenRecord] = dataclasses.field(default_factory=list)
     steps: list[Step] = dataclasses.field(default_factory=list)
@@ -59,6 +67,8 @@ class ClipDecoding:
 
     def __post_init__(self) -> None:
         self.done = self.num_frames == 0
+        self.conditioned = self.options.condition_on_prev_tokens
+        self.segments = [list(self.options.prompt_ids)] if self.options.prompt_ids else []
 
     @property
     def num_frames(self) -> int:
@@ -68,41 +78,73 @@ class ClipDecoding:
     def window_frames(self) -> int:
         return min(self.num_frames - self.seek, WINDOW_FRAMES)
 
+    @property
+    def temperature(self) -> float:
+        """What the next window is decoded at."""
+        return self.options.temperatures[self.attempt]
+
     def next_row(self, pair: ModelPair, device: torch.device) -> Row:
-        """The row for this clip's next window: its forced prompt (the previous text, options.prompt_ids,
-        conditions every window, as generate()'s prompt_ids do without condition_on_prev_tokens), logits
-        processing and budget; it drafts if speculative and the draft speaks the window's language."""
+        """The row for this clip's next window at its temperature: its forced prompt (`_previous_text`),
+        logits processing and budget; it drafts if speculative and the draft speaks the window's language."""
         model, options = pair.target.model, self.options
         config = model.generation_config
-        prompt = forced_prompt(config, self.language_id, options, options.prompt_ids)
+        self.fallback = self.fallback or Fallback.of(config, options, model.config.vocab_size)
+        previous, conditioned = self._previous_text(config, model.config.max_target_positions)
+        prompt = forced_prompt(config, self.language_id, options, previous, conditioned)
         self.first_prompt = self.first_prompt or prompt
         limit = model.config.max_target_positions - len(prompt)
         budget = limit if options.max_new_tokens is None else min(limit, options.max_new_tokens)
-        pipeline = LogitsPipeline(
-            config, len(prompt), options.timestamps, options.temperature, options.top_p, device
-        )
+        temperature = self.temperature
+        pipeline = LogitsPipeline(config, len(prompt), options.timestamps, temperature, options.top_p, device)
         language = language_code(config, self.language_id)
         drafts = self.speculative and pair.draft is not None and pair.draft_fits(language, options.task)
         return Row(
             list(prompt), len(prompt), budget, pipeline, self.generator, self.window, len(self.steps),
-            options, drafts=drafts, no_speech=NoSpeechRule.of(config, options, prompt),
+            options, drafts=drafts, no_speech=NoSpeechRule.of(config, options, prompt, temperature),
         )  # fmt: skip
 
-    def finish_window(
-        self, row: Row, config: GenerationConfig, clock: Clock, times: list[float] | None = None
-    ) -> None:
-        """Keep the window's tokens up to generate()'s split and seek on, or stop after the last window.
-        A window judged no speech keeps nothing and seeks past itself, as generate() skips it. times: the
-        window's token times (`word_times.token_times`), with word timestamps."""
-        generated = without_end_of_text(row)
+    def _previous_text(self, config: GenerationConfig, max_target_positions: int) -> tuple[list[int], bool]:
+        """(the text before <|startoftranscript|>, whether the window is conditioned on earlier ones), as
+        generate()'s `_prepare_decoder_input_ids`: conditioned, the segments so far; else options.prompt_ids,
+        before every window (generate()'s prompt_ids without condition_on_prev_tokens)."""
+        if self.conditioned and self.segments:
+            return previous_text(self.segments, timestamp_begin(config), max_target_positions), True
+        return list(self.options.prompt_ids), False
+
+    def judge(self, row: Row) -> Verdict:
+        """What generate() decides about a finished window (`Fallback.verdict`), from the target's numbers
+        for it; a verdict's fallback is dropped when no temperature is left (the window is then kept)."""
         avg_logprob, no_speech = None, False
         if row.no_speech is not None:
             avg_logprob = row.no_speech.avg_logprob(row.token_logprobs)
             no_speech = row.no_speech.judge(row.no_speech_prob, avg_logprob)
-        if no_speech:
-            kept, advance = 0, self.window_frames
-        else:  # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
+        verdict = self.fallback.verdict(row.generated, avg_logprob, no_speech)
+        if verdict.needs_fallback and not self.fallback.has_next(self.attempt):
+            verdict = dataclasses.replace(verdict, needs_fallback=False)
+        return verdict
+
+    def finish_window(
+        self,
+        row: Row,
+        verdict: Verdict,
+        config: GenerationConfig,
+        clock: Clock,
+        times: list[float] | None = None,
+    ) -> None:
+        """Fold in a finished window (`judge` gave its verdict): keep its tokens up to generate()'s split and
+        seek on, or stop after the last window. A window judged no speech keeps nothing and seeks past
+        itself, as generate() skips it; one that falls back keeps nothing and is decoded again at the next
+        temperature. times: the window's token times (`word_times.token_times`), with word timestamps."""
+        generated = without_end_of_text(row)
+        kept, advance = 0, 0
+        if not verdict.needs_fallback:
+            # generate() splits on timestamp pairs even without return_timestamps (the model may emit them)
             kept, advance = split_window(generated, timestamp_begin(config), self.window_frames)
+            if verdict.no_speech:
+                kept, advance = 0, self.window_frames
+            else:
+                self.segments += window_segments(generated, timestamp_begin(config))
+            self.conditioned = self.fallback.conditions_next(self.temperature)
         self.output += generated[:kept]
         if times is not None:
             spans = word_times.token_spans(times, row.prompt_length, self.seek * FRAME_SECONDS)
@@ -113,22 +155,37 @@ class ClipDecoding:
         ]
         self.steps += row.steps
         self.passes += row.passes
-        seconds = round(self.window_frames * FRAME_SECONDS, 2)
-        start = round(self.seek * FRAME_SECONDS, 2)
-        measured = {"no_speech_prob": row.no_speech_prob, "avg_logprob": avg_logprob, "no_speech": no_speech}
-        self.windows.append(Window(self.window, start, seconds, **measured))
+        self.windows.append(self._window_record(row, verdict))
         self.seek += advance
         self.window += 1
-        max_windows = MAX_WINDOWS * max(1, math.ceil(self.num_frames / WINDOW_FRAMES))
-        self.done = advance <= 0 or self.seek >= self.num_frames or self.window >= max_windows
+        self.attempt = self.attempt + 1 if verdict.needs_fallback else 0
+        self.done = not verdict.needs_fallback and self._past_last_window(advance)
         self.end_seconds = clock.seconds()
+
+    def _window_record(self, row: Row, verdict: Verdict) -> Window:
+        seconds = round(self.window_frames * FRAME_SECONDS, 2)
+        start = round(self.seek * FRAME_SECONDS, 2)
+        return Window(
+            self.window, start, seconds, no_speech_prob=row.no_speech_prob, avg_logprob=verdict.avg_logprob,
+            no_speech=verdict.no_speech, temperature=self.temperature,
+            compression_ratio=verdict.compression_ratio, fell_back=verdict.needs_fallback,
+        )  # fmt: skip
+
+    def _past_last_window(self, advance: int) -> bool:
+        """The seek loop is over: the audio's end reached, or a seek that stopped advancing (the guard)."""
+        max_windows = MAX_WINDOWS * max(1, math.ceil(self.num_frames / WINDOW_FRAMES))
+        seek_windows = sum(not window.fell_back for window in self.windows)
+        return advance <= 0 or self.seek >= self.num_frames or seek_windows >= max_windows
 
     def settled(self, row: Row | None, config: GenerationConfig) -> list[int]:
         """Its output so far that no later pass can change (row: its window decoding now, if any): the kept
         windows', then that window's tokens up to its last timestamp pair (generate()'s split keeps at least
         those; with no pair yet, all of them: a later pair would keep them too), none of that window's while
-        a no-speech rule may still empty it."""
-        if row is None or row.finished or (row.no_speech is not None and row.no_speech.judges):
+        a no-speech rule may still empty it or the temperature fallback decode it again."""
+        may_drop = (row is not None and row.no_speech is not None and row.no_speech.judges) or (
+            self.fallback is not None and self.fallback.has_next(self.attempt)
+        )
+        if row is None or row.finished or may_drop:
             return list(self.output)
         generated = without_end_of_text(row)
         pair_ends = timestamp_pair_ends(generated, timestamp_begin(config))

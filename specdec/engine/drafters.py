@@ -2,9 +2,9 @@
 
 A drafter serves a whole batch. `propose(rows, num_draft_tokens)` returns one `Proposal` per row
 (target ids, the draft's distribution at each position for rejection sampling, and where it came from),
-each row drafting by its own options (`row.options`: sampling, draft confidence); `keep(rows)` follows
-the rows that stay when others finish. Any object with these two methods and a
-`free` flag is a drafter: the benchmarks' controlled-acceptance drafter is one.
+each row drafting by its own options (`row.options`: draft confidence) at its own temperature
+(`row.pipeline`); `keep(rows)` follows the rows that stay when others finish. Any object with these two
+methods and a `free` flag is a drafter: the benchmarks' controlled-acceptance drafter is one.
 """
 
 from __future__ import annotations
@@ -90,12 +90,10 @@ class DraftModel:
             still_drafting = []
             for b, row_logits in zip(drafting, last, strict=True):  # row_logits: (target vocab,)
                 row = rows[b]
-                options = row.options
+                options, sampling = row.options, row.pipeline.sampling
                 scores = row.pipeline.scores_at(row.sequence + tokens[b], [], row_logits[None])
-                draft_probs = (
-                    row.pipeline.probs(scores) if options.sampling else torch.softmax(scores.float(), -1)
-                )
-                token = choose_token(scores, draft_probs, options.sampling, row.generator)
+                draft_probs = row.pipeline.probs(scores) if sampling else torch.softmax(scores.float(), -1)
+                token = choose_token(scores, draft_probs, sampling, row.generator)
                 tokens[b].append(token)
                 probs[b].append(draft_probs[0])
                 self.sequences[b].append(self.vocabulary.to_draft([token])[0])

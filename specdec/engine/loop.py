@@ -134,7 +134,7 @@ def verify(row: Row, proposal: Proposal, logits: torch.Tensor) -> Verdict:
     log-probability under the target)."""
     scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits)
     draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
-    if row.options.sampling:
+    if row.pipeline.sampling:  # the row's own temperature (a fallback's may differ from the clip's first)
         target_probs = row.pipeline.probs(scores)
         draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
         verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)

@@ -24,7 +24,8 @@ class Row:
     generator: torch.Generator  # the clip's own, so that sampling draws as it would alone
     window: int  # the clip's window index, for the records
     first_step: int  # index of this window's first step in the clip's trace
-    options: DecodeOptions  # its clip's: sampling, draft lengths and confidence (rows of a batch may differ)
+    options: DecodeOptions  # its clip's: draft lengths and confidence (rows of a batch may differ); its own
+    # temperature is its pipeline's (a window decoded again by the fallback has the next one)
     drafts: bool = True  # the draft proposes for it (False: the target alone, e.g. a language an
     # English-only draft does not speak, or a request without speculation)
     tokens: list[TokenRecord] = field(default_factory=list)

@@ -5,7 +5,8 @@ A clip goes through Whisper's seek loop (`engine.clip_decoding.ClipDecoding`): e
 `seek` is decoded, its tokens kept up to the last timestamp pair, and decoding seeks on (one window for
 most clips under 30 s). A `WindowBatch` decodes the clips' windows as rows of one `loop.Batch`: clips
 join at any step (one encoder call per model for those joining together), and a clip whose window is
-done rejoins with its next one at the next step, so no row waits for the batch's slowest. Each clip has
+done rejoins with its next one at the next step (or with the same window at the temperature fallback's
+next temperature), so no row waits for the batch's slowest. Each clip has
 its own options (language, task, timestamps, sampling, whether to speculate). A clip's result is the
 same as decoding it alone.
 """
@@ -124,8 +125,10 @@ class WindowBatch:
             states, cross = self._states.pop(id(row), None), self._cross.pop(id(row), None)
             if clip.done:  # dropped
                 continue
-            times = None if states is None else self._token_times(clip, row, states, cross)
-            clip.finish_window(row, config, self.clock, times)
+            verdict = clip.judge(row)
+            timed = states is not None and not verdict.needs_fallback  # a window decoded again is not timed
+            times = self._token_times(clip, row, states, cross) if timed else None
+            clip.finish_window(row, verdict, config, self.clock, times)
             if self.on_window is not None:
                 self.on_window(clip)
             (finished if clip.done else self.waiting).append(clip)

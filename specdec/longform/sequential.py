@@ -5,9 +5,10 @@ padding="longest"`) decodes segment by segment: each 30 s window from `seek`, ke
 the last timestamp pair and seeking to its first timestamp (or past the window after a single final
 timestamp). That is the loop `engine.windows.decode_clips` already runs (`split_window`); here it gets
 the features of a long file one window at a time, and the draft speculates inside each window. Greedy
-output is token for token `generate(features, attention_mask=..., return_timestamps=True, ...)` with its
-long-form defaults: no temperature fallback (`compression_ratio_threshold`/`logprob_threshold` None),
-`condition_on_prev_tokens` off (what generate() uses unless the generation config sets it).
+output is token for token `generate(features, attention_mask=..., return_timestamps=True, ...)` with the
+same options: by default generate()'s (no temperature fallback, no conditioning on previous segments);
+with `temperature` a list and its thresholds, a window that fails is decoded again at the next temperature
+(`whisper.fallback`); with `condition_on_prev_tokens`, each window's prompt holds the text kept so far.
 
 Memory: the whole file is one float32 16 kHz array (`audio.load_audio` reads it block by block), and
 log-mel features exist for one window at a time. The extractor scales every frame against the loudest
@@ -63,7 +64,6 @@ def clip_decoding(
     window)."""
     long = is_long(waveform)
     if long:
-        check_config(pair)
         options = dataclasses.replace(options, timestamps=True)
     features = pair_features(pair, waveform, speculative, long=long)
     return ClipDecoding(features, make_generator(options, pair.target.model.device), options, speculative)
@@ -73,9 +73,3 @@ def report_segment(progress: Progress, clip: ClipDecoding, seconds: float) -> No
     """progress(fraction, message) after a window of a `seconds`-long file was folded in."""
     done = min(clip.seek / clip.num_frames, 1.0)
     progress(done, f"segment {clip.window}, {done * seconds:.0f} of {seconds:.0f} s")
-
-
-def check_config(pair: ModelPair) -> None:
-    """Refuse a generation config that asks for what this long-form decoding does not do."""
-    if getattr(pair.target.model.generation_config, "condition_on_prev_tokens", False):
-        raise ValueError("long-form decoding does not condition on previous segments; unset it in the config")

@@ -27,7 +27,6 @@ from specdec.engine.windows import decode_clips
 from specdec.longform import Progress, is_long
 from specdec.longform.chunked import decode_chunked
 from specdec.longform.joined import joined, moved_steps, moved_windows
-from specdec.longform.sequential import check_config
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.features import pair_features
@@ -85,7 +84,6 @@ def decode_pieces(
 ) -> DecodeResult:
     """Each piece decoded as generate() decodes a clip of its length (long-form over 30 s), batch_size at
     a time; without a language, the first piece alone first, and its language for the others."""
-    check_config(pair)
     clock = Clock()
     total = sum(stop - start for start, stop in pieces) / SAMPLE_RATE
     first = 1 if options.language is None else batch_size

@@ -25,6 +25,7 @@ from transformers.generation.logits_process import (
 )
 
 from specdec.options import NO_SPEECH_NEEDS_LOGPROB, DecodeOptions
+from specdec.whisper.fallback import configured
 
 
 class LogitsPipeline:
@@ -178,21 +179,24 @@ class NoSpeechRule:
         return self.no_speech_threshold is not None
 
     @classmethod
-    def of(cls, config: GenerationConfig, options: DecodeOptions, prompt: Sequence[int]) -> NoSpeechRule:
-        """The rule for a window with this forced prompt (an option left None takes the generation config's
-        value, as generate()'s `_set_thresholds_and_condition`); with neither threshold, it measures only:
-        every window's numbers are reported, as OpenAI's verbose_json gives them."""
-        no_speech, logprob = (
-            value if value is not None else getattr(config, name, None)
-            for name, value in (
-                ("no_speech_threshold", options.no_speech_threshold),
-                ("logprob_threshold", options.logprob_threshold),
-            )
-        )
+    def of(
+        cls,
+        config: GenerationConfig,
+        options: DecodeOptions,
+        prompt: Sequence[int],
+        temperature: float | None = None,
+    ) -> NoSpeechRule:
+        """The rule for a window with this forced prompt, decoded at this temperature (None: the options'
+        first); an option left None takes the generation config's value, as generate()'s
+        `_set_thresholds_and_condition`. With neither threshold, it measures only: every window's numbers
+        are reported, as OpenAI's verbose_json gives them."""
+        no_speech = configured(config, "no_speech_threshold", options.no_speech_threshold)
+        logprob = configured(config, "logprob_threshold", options.logprob_threshold)
         if no_speech is not None and logprob is None:
             raise ValueError(NO_SPEECH_NEEDS_LOGPROB)
         sot_index = list(prompt).index(config.decoder_start_token_id)
-        return cls(config.no_timestamps_token_id - 1, sot_index, no_speech, logprob, options.temperature)
+        temperature = options.temperatures[0] if temperature is None else temperature
+        return cls(config.no_timestamps_token_id - 1, sot_index, no_speech, logprob, temperature)
 
     def no_speech_prob(self, logits: torch.Tensor) -> float:
         """logits (vocab,): the target's raw logits at <|startoftranscript|>."""

@@ -10,6 +10,8 @@ timestamp tokens after `<|notimestamps|>`). `split_window` mirrors `WhisperGener
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import GenerationConfig
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
@@ -61,12 +63,18 @@ def forced_prompt(
     generation_config: GenerationConfig,
     language_id: int | None,
     options: DecodeOptions,
-    previous_text: tuple[int, ...] = (),
+    previous_text: Sequence[int] = (),
+    conditioned: bool = False,
 ) -> list[int]:
     """`[<|startofprev|> previous text]<|startoftranscript|><|lang|><|task|>[<|notimestamps|>]`,
-    as generate() builds it (with prompt_ids for the previous text)."""
-    check_previous_text(generation_config, previous_text)
-    prompt = [generation_config.prev_sot_token_id, *previous_text] if previous_text else []
+    as generate() builds it (with prompt_ids for the previous text); a window conditioned on earlier ones
+    has <|startofprev|> even when their text is empty (`whisper.fallback.previous_text`). A caller's previous
+    text holds text tokens only (ValueError); a conditioned window's holds the earlier windows' timestamps
+    too, as generate()'s."""
+    if not conditioned:
+        check_previous_text(generation_config, previous_text)
+    has_previous = conditioned or bool(previous_text)
+    prompt = [generation_config.prev_sot_token_id, *previous_text] if has_previous else []
     prompt.append(generation_config.decoder_start_token_id)
     if getattr(generation_config, "is_multilingual", False) and language_id is not None:
         prompt += [language_id, generation_config.task_to_id[options.task]]
