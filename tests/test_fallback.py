@@ -225,6 +225,7 @@ def test_a_conditioned_windows_prompt_is_prepare_decoder_input_ids(prompt_ids):
         prev_sot_token_id=50361,
         no_timestamps_token_id=50364,
         pad_token_id=50257,
+        eos_token_id=50257,
     )
     config.prompt_condition_type = "first-segment"  # generate()'s default (`_set_prompt_condition_type`)
     init = [50258, 50259, 50360, 50364]

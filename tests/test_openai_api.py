@@ -112,7 +112,7 @@ def test_a_long_non_ascii_file_name_is_cut_to_what_a_file_system_takes(server, p
     answer = httpx.post(
         f"{server}/v1/audio/transcriptions",
         files={"file": (name, CLIP.read_bytes())},
-        data={"model": MODEL, "language": "en"},
+        data={"model": MODEL, "language": "en", **GREEDY},
         headers={"Authorization": f"Bearer {KEY}"},
         timeout=60,
     )
@@ -163,6 +163,7 @@ def test_a_file_named_only_by_filename_star_is_the_file(server, page_text):
     parts = [
         f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'.encode(),
         f'--{boundary}\r\nContent-Disposition: form-data; name="language"\r\n\r\nen\r\n'.encode(),
+        f'--{boundary}\r\nContent-Disposition: form-data; name="fallback"\r\n\r\nfalse\r\n'.encode(),
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
         f"filename*=UTF-8''{urllib.parse.quote(name)}\r\nContent-Type: audio/wav\r\n\r\n".encode(),
         CLIP.read_bytes(),
@@ -395,7 +396,7 @@ def test_the_designs_transcribe_endpoint_answers_text_and_duration(server, page_
     headers = {"Authorization": f"Bearer {KEY}"}
     with CLIP.open("rb") as audio:
         answer = httpx.post(f"{server}/transcribe", files={"file": (CLIP.name, audio)}, headers=headers,
-                            data={"language": "en"}, timeout=300)  # fmt: skip
+                            data={"language": "en", **GREEDY}, timeout=300)  # fmt: skip
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert set(body) == {"text", "duration"} and body["text"] == [page_text] and body["duration"] > 0

@@ -95,15 +95,15 @@ def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):
 @dataclasses.dataclass(frozen=True)
 class FailingRowOptions(TranscribeOptions):
     """Test double: a request whose row decodes a few steps in the shared batch, then raises inside the
-    batch's step, where no row is named (as a row whose sampling distribution overflowed did)."""
+    batch's step, where no row is named (as a row whose sampling distribution overflowed did): each greedy
+    row's verify reads its options' acceptance_threshold."""
 
     reads: itertools.count = dataclasses.field(default_factory=itertools.count, compare=False)
 
-    @property
-    def sampling(self) -> bool:
-        if next(self.reads) >= 3:
+    def __getattribute__(self, name: str):
+        if name == "acceptance_threshold" and next(object.__getattribute__(self, "reads")) >= 8:
             raise RuntimeError("planted: this row cannot be decoded")
-        return False
+        return object.__getattribute__(self, name)
 
 
 def test_a_row_failing_inside_the_batch_step_fails_its_request_alone(shared_pair, caplog):
