@@ -160,6 +160,11 @@ FALLBACK_HELP = (
     f"under {WHISPER_LOGPROB_THRESHOLD:g} is decoded again, sampled, at the next temperature up to 1 by 0.2, "
     "as generate() does with those options; off: one temperature, generate()'s default"
 )
+LOSSY_HELP = (
+    "above 0 the output is NO LONGER the target's: a draft token is kept where the target gives it at least "
+    "this share of its own top probability (greedy only); Compare shows what that cost against the target "
+    "alone beside what it saved"
+)
 PACE_HELP = f"at most; where an update takes long, the next waits for more speech ({StreamOptions().pace})"
 OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The example clips)
     "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often "
@@ -305,6 +310,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         word_timestamps=False,
         detect_no_speech=True,
         fallback=True,
+        acceptance_threshold=0.0,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -313,7 +319,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
             seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
             skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
-            fallback=fallback,
+            fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
         view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
@@ -347,6 +353,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
         word_timestamps=False,
         detect_no_speech=True,
         fallback=True,
+        acceptance_threshold=0.0,
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
@@ -354,7 +361,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
             draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
             long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
-            detect_no_speech=detect_no_speech, fallback=fallback,
+            detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
@@ -423,6 +430,11 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
             no_speech = gr.Checkbox(True, label="Leave windows of no speech empty", info=NO_SPEECH_HELP)
             fallback = gr.Checkbox(True, label="Temperature fallback against loops", info=FALLBACK_HELP)
+            with gr.Accordion("Lossy speed-up (off: the output is the target's own)", open=False):
+                acceptance_threshold = gr.Slider(
+                    0.0, 1.0, value=0.0, step=0.05, label="Acceptance threshold (0 = exact)",
+                    info=LOSSY_HELP, elem_id="acceptance-threshold",
+                )  # fmt: skip
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -501,7 +513,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 
     run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_compare,
-        [*settings, reference, skip_silence, word_timestamps, no_speech, fallback],
+        [*settings, reference, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
         outputs,
         api_name="compare",
         concurrency_limit=MODEL_EVENTS,
@@ -509,7 +521,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
         run_transcribe,
-        [*settings, skip_silence, word_timestamps, no_speech, fallback],
+        [*settings, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
         [speculative_text, tokens, details, words],
         api_name="transcribe",
         concurrency_limit=MODEL_EVENTS,

@@ -250,3 +250,20 @@ def test_the_no_speech_checkbox_reaches_the_decoding(client, tmp_path):
         api_name="/compare",
     )[:2]
     assert text and baseline == speculative
+
+
+def test_the_page_says_a_lossy_run_is_not_the_targets(client):
+    """The page's opt-in acceptance threshold, through its API: the badge and metrics of Compare and the
+    tokens of Transcribe say the output is not the target's; 0 (the default) stays exact; out of range is
+    a clear error."""
+    settings = (handle_file(str(CLIP)), SHARED_DRAFT, *COMPARE)
+    outputs = client.predict(*settings, "", False, False, True, False, 0.05, api_name="/compare")
+    assert "LOSSY (acceptance threshold 0.05, as asked): not the target's own output" in outputs[2]
+    assert "This is a bug" not in outputs[2]
+    assert any(row[0].startswith("LOSSY") for row in outputs[4]["data"])
+    exact = client.predict(*settings, "", False, False, True, False, api_name="/compare")
+    assert "Identical" in exact[2] and "LOSSY" not in exact[2]
+    _, tokens, stats, _ = client.predict(*settings, False, False, True, False, 0.05, api_name="/transcribe")
+    assert "LOSSY (acceptance threshold 0.05" in tokens and stats["speculative"]["lossless"] is False
+    with pytest.raises(Exception, match="1.5 is greater than maximum value 1"):  # the slider's own check
+        client.predict(*settings, False, False, True, False, 1.5, api_name="/transcribe")

@@ -98,6 +98,16 @@ class CompareRequest:
     detect_no_speech: bool = True  # Whisper's no-speech rule: a window judged silence is left empty
     fallback: bool = True  # Whisper's temperature fallback: a looping or unsure window decoded again hotter
     word_timestamps: bool = False  # time each word from the target's alignment heads
+    # LOSSY, opt-in: keep draft tokens the target gives at least this share of its top probability (the
+    # output is then not the target's); 0 or None: exact
+    acceptance_threshold: float | None = None
+
+    def lossy_threshold(self) -> float | None:
+        """DecodeOptions' acceptance_threshold: None (exact) for 0 or None, else the value to check."""
+        value = self.acceptance_threshold
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
+            return None
+        return value
 
     def no_speech_options(self) -> dict:
         """DecodeOptions' thresholds for `detect_no_speech` (none: generate()'s default, off)."""
@@ -141,6 +151,7 @@ class CompareRequest:
                 and float(self.temperature) == 0,
                 **(self.no_speech_options() | self.fallback_options()),
                 word_timestamps=self.word_timestamps is True,
+                acceptance_threshold=self.lossy_threshold(),
                 long_form=self.long_form,
                 skip_silence=self.skip_silence,
             )
@@ -302,7 +313,10 @@ def transcript_view(
         "no_speech": transcription.result.no_speech,
         "words": word_view.word_dicts(transcription.words),  # with word timestamps: start, end, text
     }
-    return views.shown_text(transcription), highlight.spans_html(spans), stats
+    tokens = highlight.spans_html(spans)
+    if not transcription.result.lossless:
+        tokens = views.lossy_notice(transcription.result) + tokens
+    return views.shown_text(transcription), tokens, stats
 
 
 def transcribe_speculative(

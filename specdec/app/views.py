@@ -244,6 +244,16 @@ def lossy_verdict(comparison: Comparison, cost: wer.LossyCost) -> str:
     )
 
 
+def lossy_notice(result: DecodeResult) -> str:
+    """A lossy transcription's warning, above its tokens (the Transcribe view has no badge)."""
+    return (
+        '<div class="specdec-lossy" style="border:2px solid #f97316;color:#9a3412;border-radius:8px;'
+        f'padding:6px 10px;font-weight:600">⚠️ LOSSY (acceptance threshold {result.acceptance_threshold:g}, '
+        f"as asked): not the target's own output; {result.num_relaxed} tokens kept that the target would not "
+        "have chosen (marked relaxed). Compare shows what it cost.</div>"
+    )
+
+
 def metrics_rows(comparison: Comparison) -> list[list[str]]:
     """[metric, target alone, speculative] rows for a table."""
     baseline, speculative = comparison.baseline.result, comparison.speculative.result
