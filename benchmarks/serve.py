@@ -30,6 +30,7 @@ import httpx
 from benchmarks.common import report_header, write_json
 from benchmarks.plots import COLOURS
 from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.distill.data import find_clips
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
@@ -40,13 +41,24 @@ START_SECONDS = 300  # the server's start: loading (and on first use converting)
 class ServeBenchOptions:
     OUT: ClassVar[str] = "docs/bench-serve-base.json"  # where --out points unless told
     clients: tuple[int, ...] = (1, 2, 4, 8, 16)  # numbers of concurrent clients
-    clips: str = "en-fellow-americans,en-weather,en-jfk,de-bahnhof,es-biblioteca,fr-marche"  # cycled
+    # cycled: asset names, or audio files and folders of them (clips the project never shipped)
+    clips: str = "en-fellow-americans,en-weather,en-jfk,de-bahnhof,es-biblioteca,fr-marche"
     alone_rounds: int = 5  # one request alone: rounds of scheduler vs direct
 
 
 def clip_paths(options: ServeBenchOptions) -> list[Path]:
-    names = [name.strip() for name in options.clips.split(",") if name.strip()]
-    return [next(p for p in ASSETS.glob(f"{name}.*") if p.suffix != ".txt") for name in names]  # not its text
+    """The clips named: an asset's name (its audio, not its text), an audio file, or every audio file in a
+    folder, sorted."""
+    paths = []
+    for name in (name.strip() for name in options.clips.split(",") if name.strip()):
+        path = Path(name)
+        if path.is_dir():
+            paths += [clip.path for clip in find_clips(path)]
+        elif path.is_file():
+            paths.append(path)
+        else:
+            paths.append(next(p for p in ASSETS.glob(f"{name}.*") if p.suffix != ".txt"))
+    return paths
 
 
 def start_server() -> tuple[subprocess.Popen, str]:

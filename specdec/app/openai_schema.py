@@ -120,7 +120,9 @@ def asked(
     request = compare.CompareRequest(
         audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
         temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
-        fallback=_flag(form, "fallback") if _text(form, "fallback") else True,  # as OpenAI's model: on
+        # on, as OpenAI's model, unless streamed: a window the fallback may decode again settles no text
+        # until it is judged, so a stream with it would say a clip up to 30 s in one piece at its end
+        fallback=_flag(form, "fallback") if _text(form, "fallback") else not stream,
         word_timestamps="word" in granularities,
     )  # fmt: skip
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
