@@ -45,7 +45,12 @@ def test_the_page_names_models_by_name(store, folders, demo_models):
     assert_no_path(banner, folders)
     assert all("←" in label for label in store.pairs)
     assert_no_path(json.dumps(store.choices()), folders)
-    config = json.dumps(app.build_demo(store, banner).config, default=str)
+    served = dict(app.STORES), dict(app.JOBS)
+    try:
+        config = json.dumps(app.build_demo(store, banner).config, default=str)
+    finally:  # building a page serves its store: the session's page (conftest's app_url) gets its own back
+        app.STORES.update(served[0])
+        app.JOBS.update(served[1])
     assert_no_path(config, folders)
 
 
