@@ -50,7 +50,7 @@ from specdec.options import (
 )
 from specdec.scheduler import Scheduler
 from specdec.subtitles import Cue
-from specdec.trace import DecodeResult, Window
+from specdec.trace import TARGET_ENCODER, DecodeResult, Window
 from specdec.whisper.fallback import Fallback, compression_ratio, previous_text, window_segments
 from specdec.whisper.features import pair_features
 from specdec.whisper.logits import LogitsPipeline, NoSpeechRule
@@ -406,6 +406,9 @@ def test_greedy_retries_are_generates_attempt_by_attempt(separate_pair, case, ru
         assert our_attempts(transcription.result) == without_prompts(expected)
         assert list(transcription.token_ids) == expected_ids
         assert all(w.compression_ratio is not None for w in transcription.result.windows)
+        # a window decoded again reads the encoder states of its first decoding: one call a window
+        encoded = [e for e in transcription.result.encodings if e.model == TARGET_ENCODER]
+        assert len(encoded) == sum(not w.fell_back for w in transcription.result.windows)
         fell_back += sum(attempt.fell_back for attempt in expected)
     if case == "between":
         assert 0 < fell_back < 3 * len(THREE)  # some windows decoded again, some kept at once

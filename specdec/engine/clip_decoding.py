@@ -60,6 +60,9 @@ class ClipDecoding:
     windows: list[Window] = dataclasses.field(default_factory=list)
     token_spans: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # each output token's
     # (start, end) in seconds of the clip, with word timestamps (`whisper.word_times`)
+    # each encoder's states for the window at `seek` (name -> (seek, frames read, states)), until the window
+    # is kept: a window the temperature fallback decodes again is not encoded again
+    encoded: dict[str, tuple[int, int, torch.Tensor]] = dataclasses.field(default_factory=dict, repr=False)
     alignment_seconds: float = 0.0  # the word timestamps' extra passes and alignment, in all
     end_seconds: float = 0.0  # clock time when its last window was folded in
     start_seconds: float = 0.0  # clock time when it joined (a request joining a running batch, later)
@@ -77,6 +80,17 @@ class ClipDecoding:
     @property
     def window_frames(self) -> int:
         return min(self.num_frames - self.seek, WINDOW_FRAMES)
+
+    def kept_states(self, encoder: str, frames: int) -> torch.Tensor | None:
+        """The encoder's states for the next window read `frames` frames at a time, if kept from an earlier
+        decoding of it; else None."""
+        kept = self.encoded.get(encoder)
+        return kept[2] if kept is not None and kept[:2] == (self.seek, frames) else None
+
+    def keep_states(self, encoder: str, frames: int, states: torch.Tensor) -> torch.Tensor:
+        """Keep the encoder's states for the next window (`kept_states`); returns them."""
+        self.encoded[encoder] = (self.seek, frames, states)
+        return states
 
     @property
     def temperature(self) -> float:
@@ -159,6 +173,8 @@ class ClipDecoding:
         self.seek += advance
         self.window += 1
         self.attempt = self.attempt + 1 if verdict.needs_fallback else 0
+        if not verdict.needs_fallback:
+            self.encoded.clear()  # the next window is another one
         self.done = not verdict.needs_fallback and self._past_last_window(advance)
         self.end_seconds = clock.seconds()
 

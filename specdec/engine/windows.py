@@ -349,12 +349,17 @@ def _encode(
     clock: Clock,
     frames: int = WINDOW_FRAMES,
 ) -> torch.Tensor:
-    """One batched encoder call over the clips' next windows, recorded once and named by each clip (a
-    draft may read only the first frames, those of the windows' audio: `fast_draft.draft_frames`)."""
-    windows = torch.cat([window_features(f, clip.seek) for f, clip in zip(features, clips, strict=True)])
-    windows = windows[..., :frames]
-    hidden, seconds = encoder(model, windows)
-    encoding = clock.new_encoding(name, len(clips), seconds)
-    for clip in clips:
-        clip.encodings.append(encoding)
-    return hidden
+    """The encoder states of the clips' next windows: one batched encoder call, recorded once and named by
+    each clip it encoded (a draft may read only the first frames, those of the windows' audio:
+    `fast_draft.draft_frames`), over those that have none kept (`ClipDecoding.kept_states`: a window the
+    temperature fallback decodes again reads the same states)."""
+    kept = [clip.kept_states(name, frames) for clip in clips]
+    todo = [i for i, states in enumerate(kept) if states is None]
+    if todo:
+        windows = torch.cat([window_features(features[i], clips[i].seek) for i in todo])[..., :frames]
+        hidden, seconds = encoder(model, windows)
+        encoding = clock.new_encoding(name, len(todo), seconds)
+        for i, states in zip(todo, hidden, strict=True):
+            clips[i].encodings.append(encoding)
+            kept[i] = clips[i].keep_states(name, frames, states)
+    return torch.stack(kept)
