@@ -2,14 +2,16 @@
 
 Every row is checked against `SpeculativeWhisper.transcribe` of its file alone (token ids), on the demo
 models and on the bundled real pair; unreadable files become error rows while the rest is transcribed; a
-run whose driver is killed resumes with every file exactly once, a copy of a file that is done included;
-a run whose actor dies mid-batch completes with every file exactly once. The pure parts (listing, keys,
-the store, what a rerun reuses, the stderr filter, the resource plan) are tested without Ray.
+run whose driver is killed leaves none of the Ray processes it started behind and resumes with every file
+exactly once, a copy of a file that is done included; a run whose actor dies mid-batch completes with
+every file exactly once. The pure parts (listing, keys, the store, what a rerun reuses, the stderr filter,
+the resource plan) are tested without Ray.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -27,10 +29,10 @@ import soundfile as sf
 
 from specdec import cli
 from specdec.corpus import watchdog
-from specdec.corpus.inputs import CorpusItem, content_hash, list_inputs
+from specdec.corpus.inputs import CorpusItem, list_inputs
 from specdec.corpus.pipeline import FAULT_KILL_ACTOR_ENV, plan_resources
 from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
-from specdec.corpus.rows import DoneRows, RunSettings, error_row, row_key
+from specdec.corpus.rows import DoneRows, RunSettings, error_row
 from specdec.corpus.run import CorpusOptions, transcribe_corpus
 from specdec.corpus.store import SUMMARY, TRANSCRIPTS, CorpusStore, read_rows
 from specdec.corpus.summary import summarise
@@ -54,11 +56,6 @@ def noise_clips(folder: Path, seconds: list[float], seed: int) -> list[Path]:
         sf.write(path, 0.1 * rng.standard_normal((round(rate * length), channels)), rate)
         paths.append(path)
     return paths
-
-
-def demo_options(demo_models: dict[str, Path]) -> CorpusOptions:
-    target, draft = str(demo_models["target"]), str(demo_models["draft-separate"])
-    return CorpusOptions(target=target, draft=draft, decode=DEMO_DECODE, batch_size=2, **ONE_THREAD)
 
 
 def reference_ids(whisper, paths: list[Path], languages: list[str | None] | None = None) -> dict[str, list]:
@@ -108,64 +105,9 @@ def real_run(ray_address, real_models, tmp_path_factory):
     return {"summary": summary, "rows": read_rows(folder / "out" / TRANSCRIPTS)}
 
 
-@pytest.fixture(scope="module")
-def resumed_run(ray_address, demo_models, tmp_path_factory):
-    """`python -m specdec corpus` on six clips in a subprocess, killed once it has written a row; then
-    the same run again, in this process, with an actor made to die after decoding its first batch."""
-    folder = tmp_path_factory.mktemp("resumed")
-    clips = noise_clips(folder / "in", [1.0, 1.5, 1.0, 2.0, 1.0, 1.5], seed=1)
-    out = folder / "out"
-    command = [
-        sys.executable, "-m", "specdec", "corpus", str(folder / "in"), "--out", str(out),
-        "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
-        "--language", "en", "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", "1",
-        "--threads-per-worker", "1", "--address", ray_address,
-    ]  # fmt: skip
-    driver = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while not list((out / "rows").glob("part-*.jsonl")) and driver.poll() is None:
-        assert time.monotonic() < deadline, "no row written in 300 s"
-        time.sleep(0.02)
-    driver.send_signal(signal.SIGKILL)
-    stderr = driver.communicate()[1].decode()
-    assert driver.returncode == -signal.SIGKILL, f"the run ended before it was killed: {stderr}"
-    killed = {"transcripts": (out / TRANSCRIPTS).exists(), "stderr": stderr}
-    with CorpusStore(out) as store:
-        killed["rows"] = {row["audio"]: row for row in store.rows()}
-
-    marker = folder / "actor-killed"
-    os.environ[FAULT_KILL_ACTOR_ENV] = str(marker)
-    try:
-        summary = transcribe_corpus(
-            list_inputs(str(folder / "in")), out, demo_options(demo_models), progress=False
-        )
-    finally:
-        del os.environ[FAULT_KILL_ACTOR_ENV]
-    with CorpusStore(out) as store:
-        journal = store.rows()
-    return {
-        "clips": clips,
-        "killed": killed,
-        "summary": summary,
-        "rows": read_rows(out / TRANSCRIPTS),
-        "journal": journal,
-        "parts": list((out / "rows").glob("part-*.jsonl")),
-        "actor_killed": marker.exists(),
-    }
-
-
-@pytest.mark.slow  # a CLI subprocess that starts its own Ray, killed mid-run: CI runs it
-def test_a_killed_run_that_started_ray_leaves_no_ray_process_behind(demo_models, tmp_path):
-    """`kill -9` of a run that started Ray itself: every process it had started (Ray's GCS, raylet,
-    agents and workers) ends (the raylet's agents lived on, orphaned, before `corpus.watchdog`)."""
-    noise_clips(tmp_path / "in", [1.0, 1.5, 1.0, 2.0, 1.0, 1.5], seed=2)
-    out = tmp_path / "out"
-    command = [
-        sys.executable, "-m", "specdec", "corpus", str(tmp_path / "in"), "--out", str(out),
-        "--target", str(demo_models["target"]), "--draft", str(demo_models["draft-separate"]),
-        "--language", "en", "--max-new-tokens", str(MAX_NEW_TOKENS), "--batch-size", "1",
-        "--threads-per-worker", "1",
-    ]  # fmt: skip
+def run_killed_once_a_row_is_written(command: list[str], out: Path) -> dict:
+    """The command in a subprocess that starts a Ray of its own, `kill -9`ed once it has written a row;
+    what it left: its stderr and every process it had started that still runs a minute later."""
     alone = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}  # its own Ray
     driver = subprocess.Popen(command, cwd=ROOT, env=alone, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     started: dict[int, int] = {}  # every process it started: id -> start time
@@ -177,16 +119,84 @@ def test_a_killed_run_that_started_ray_leaves_no_ray_process_behind(demo_models,
     driver.send_signal(signal.SIGKILL)
     stderr = driver.communicate()[1].decode()
     assert driver.returncode == -signal.SIGKILL, f"the run ended before it was killed: {stderr}"
-    assert len(started) > 3, "Ray's processes were seen"
     deadline = time.monotonic() + 60
-    while left := [pid for pid, start in started.items() if watchdog.start_time(pid) == start]:
-        if time.monotonic() > deadline:
-            names = [(Path("/proc") / str(pid) / "comm").read_text().strip() for pid in left]
-            for pid in left:  # the test's own leftovers
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            pytest.fail(f"still running a minute after the run was killed: {names}")
+    while (left := [pid for pid, start in started.items() if watchdog.start_time(pid) == start]) and (
+        time.monotonic() < deadline
+    ):
         time.sleep(0.2)
+    names = []
+    for pid in left:  # the test's own leftovers, ended before the rerun
+        with contextlib.suppress(OSError):
+            names.append((Path("/proc") / str(pid) / "comm").read_text().strip())
+            os.kill(pid, signal.SIGKILL)
+    return {"stderr": stderr, "started": started, "left_running": names}
+
+
+@pytest.fixture(scope="module")
+def resumed_run(ray_address, demo_models, tmp_path_factory):
+    """`python -m specdec corpus` on six clips in a subprocess that starts its own Ray, killed once it
+    has written a row; then, with a copy of a file it did added to the input, the same command run again
+    in this process on the module's Ray, an actor made to die after decoding its first batch; then the
+    finished run once more."""
+    folder = tmp_path_factory.mktemp("resumed")
+    clips = noise_clips(folder / "in", [1.0, 1.5, 1.0, 2.0, 1.0, 1.5], seed=1)
+    out = folder / "out"
+    arguments = [
+        "corpus", str(folder / "in"), "--out", f"{out}/", "--target", str(demo_models["target"]),
+        "--draft", str(demo_models["draft-separate"]), "--language", "en",
+        "--max-new-tokens", str(MAX_NEW_TOKENS), "--threads-per-worker", "1",
+    ]  # fmt: skip
+    killed = run_killed_once_a_row_is_written(
+        [sys.executable, "-m", "specdec", *arguments, "--batch-size", "1"], out
+    )
+    killed["transcripts"] = (out / TRANSCRIPTS).exists()
+    with CorpusStore(out) as store:
+        killed["rows"] = {row["audio"]: row for row in store.rows()}
+        (store.journal / ".part-x.jsonl.1.tmp").write_text('{"audio": "half')  # as if killed mid-write
+    done = Path(min(killed["rows"]))
+    copy = done.with_name(f"copy-of-{done.name}")  # the same bytes as a file done, listed after the clips
+    shutil.copyfile(done, copy)
+
+    marker = folder / "actor-killed"
+    runs = []
+    for fault in (str(marker), None):  # the killed run resumed; then the finished one again
+        os.environ.update({FAULT_KILL_ACTOR_ENV: fault} if fault else {})
+        try:
+            with contextlib.redirect_stdout(io.StringIO()) as printed:
+                exit_code = cli.main([*arguments, "--batch-size", "2"])
+        finally:
+            os.environ.pop(FAULT_KILL_ACTOR_ENV, None)
+        with CorpusStore(out) as store:
+            journal = store.rows()
+        runs.append(
+            {
+                "exit_code": exit_code,
+                "printed": printed.getvalue(),
+                "summary": json.loads((out / SUMMARY).read_text()),
+                "rows": read_rows(out / TRANSCRIPTS),
+                "journal": journal,
+                "parts": list((out / "rows").glob("part-*.jsonl")),
+            }
+        )
+    return {
+        "clips": clips,
+        "copy": copy,
+        "inputs": [os.path.abspath(path) for path in (*clips, copy)],
+        "out": out,
+        "killed": killed,
+        "resumed": runs[0],
+        "again": runs[1],
+        "actor_killed": marker.exists(),
+    }
+
+
+@pytest.mark.slow  # the killed run below, which started its own Ray: CI runs it
+def test_a_killed_run_that_started_ray_leaves_no_ray_process_behind(resumed_run):
+    """`kill -9` of a run that started Ray itself: every process it had started (Ray's GCS, raylet,
+    agents and workers) ends (the raylet's agents lived on, orphaned, before `corpus.watchdog`)."""
+    started, left = resumed_run["killed"]["started"], resumed_run["killed"]["left_running"]
+    assert len(started) > 3, "Ray's processes were seen"
+    assert not left, f"still running a minute after the run was killed: {left}"
 
 
 @pytest.mark.slow  # real models in a fresh actor: CI runs it; -m 'not slow' skips it
@@ -220,68 +230,56 @@ def test_bad_files_become_error_rows_and_the_rest_is_transcribed(real_run):
 
 @pytest.mark.slow  # a CLI subprocess killed mid-run, then a rerun: CI runs it
 def test_a_killed_run_resumes_with_every_file_exactly_once(resumed_run):
-    clips, killed, summary = resumed_run["clips"], resumed_run["killed"], resumed_run["summary"]
+    clips, killed, resumed = resumed_run["clips"], resumed_run["killed"], resumed_run["resumed"]
     assert not killed["transcripts"] and 1 <= len(killed["rows"]) < len(clips)
     assert RAY_DATA_ACTOR_NOTICE.decode() not in killed["stderr"]  # the actors had started
-    assert (summary.resumed, summary.transcribed) == (len(killed["rows"]), len(clips) - len(killed["rows"]))
-    rows = resumed_run["rows"]
-    assert_each_once(rows, clips)
+    done_before = len(killed["rows"]) + 1  # and the copy of one of them
+    summary, rows = resumed["summary"], resumed["rows"]
+    assert (summary["resumed"], summary["transcribed"]) == (done_before, len(clips) - len(killed["rows"]))
+    assert resumed["exit_code"] == 0
+    assert_each_once(rows, [*clips, resumed_run["copy"]])
     for row in rows:  # the killed run's rows are kept as they were written
         assert row["audio"] not in killed["rows"] or killed["rows"][row["audio"]] == row
-    assert len(resumed_run["parts"]) == 1 and len(resumed_run["journal"]) == len(clips)  # compacted
+    assert len(resumed["parts"]) == 1 and len(resumed["journal"]) == len(rows)  # compacted
 
 
-@pytest.mark.slow  # two runs of the command on the demo models
-def test_a_copy_of_a_done_file_gets_its_own_row_when_a_killed_run_resumes(
-    ray_address, demo_models, tmp_path, capsys
-):
-    clips = noise_clips(tmp_path / "in", [1.0, 1.5], seed=5)
-    copy = tmp_path / "in" / "copy-of-clip-0.wav"  # the same bytes as clip-0.wav, listed after it
-    shutil.copyfile(clips[0], copy)
-    paths = [os.path.abspath(path) for path in (*clips, copy)]
-    target, draft = str(demo_models["target"]), str(demo_models["draft-separate"])
-    decode = DecodeOptions(language="en", num_draft_tokens=5, max_new_tokens=MAX_NEW_TOKENS)
-    settings = RunSettings(target, draft, "cpu", "sequential", decode)  # as the command resolves them
-    key = row_key(content_hash(paths[0]), settings.digest(None))
-    planted = planted_row(paths[0], key)
-    out = tmp_path / "out"
-    with CorpusStore(out) as store:  # what a run killed after its first part leaves: that part, no more
-        store.append([planted])
-        (store.journal / ".part-x.jsonl.1.tmp").write_text('{"audio": "half')  # killed mid-write
-    command = [
-        "corpus", str(tmp_path / "in"), "--out", f"{out}/", "--target", target, "--draft", draft,
-        "--language", "en", "--num-draft-tokens", "5", "--max-new-tokens", str(MAX_NEW_TOKENS),
-        "--batch-size", "2", "--workers", "1", "--threads-per-worker", "1",
-    ]  # fmt: skip
-    for resumed, transcribed in ((2, 1), (3, 0)):  # the killed run resumed; then the finished one again
-        assert cli.main(command) == 0
-        assert capsys.readouterr().out.startswith(f"{out}/{TRANSCRIPTS}: 3 rows\n")  # no "//"
-        rows = read_rows(out / TRANSCRIPTS)
+@pytest.mark.slow  # the same runs as above
+def test_a_copy_of_a_done_file_gets_its_own_row_when_a_killed_run_resumes(resumed_run):
+    """The copy (the same bytes as a file the killed run did, under another path) is lent that file's row,
+    not decoded (the summary counts it resumed); its row is in the journal, so the finished run, run again,
+    decodes nothing."""
+    paths, out, killed = resumed_run["inputs"], resumed_run["out"], resumed_run["killed"]["rows"]
+    done = next(path for path in paths if path in killed)
+    for run, (resumed, transcribed) in (
+        (resumed_run["resumed"], (len(killed) + 1, len(paths) - 1 - len(killed))),
+        (resumed_run["again"], (len(paths), 0)),
+    ):
+        assert run["exit_code"] == 0
+        assert f"{out}/{TRANSCRIPTS}: {len(paths)} rows" in run["printed"].splitlines()  # no "//"
+        rows = run["rows"]
         assert [row["audio"] for row in rows] == paths
-        assert rows[0] == planted and rows[2] == {**planted, "audio": paths[2]}  # lent, not decoded
-        assert rows[1]["error"] is None and rows[1]["text"] != planted["text"]
-        summary = json.loads((out / SUMMARY).read_text())
-        assert (summary["resumed"], summary["transcribed"]) == (resumed, transcribed)
-        with CorpusStore(out) as store:
-            assert sorted(row["audio"] for row in store.rows()) == sorted(paths)
+        assert rows[-1] == {**killed[done], "audio": paths[-1]}  # lent, not decoded
+        assert (run["summary"]["resumed"], run["summary"]["transcribed"]) == (resumed, transcribed)
+        assert sorted(row["audio"] for row in run["journal"]) == sorted(paths)
+    assert resumed_run["again"]["rows"] == resumed_run["resumed"]["rows"]
 
 
 @pytest.mark.slow  # the same runs as above
 def test_rows_equal_transcribe_of_each_file_alone_on_the_demo_models(resumed_run, separate_pair):
-    rows = resumed_run["rows"]
+    rows = resumed_run["resumed"]["rows"]
     assert {row["audio"]: row["token_ids"] for row in rows} == reference_ids(
-        separate_pair, resumed_run["clips"]
+        separate_pair, [*resumed_run["clips"], resumed_run["copy"]]
     )
     for row in rows:
         assert row["text"] == separate_pair.decode_text(row["token_ids"]) and row["language"] == "en"
-    assert [row["duration_seconds"] for row in rows] == [1.0, 1.5, 1.0, 2.0, 1.0, 1.5]
+    assert [row["duration_seconds"] for row in rows[:-1]] == [1.0, 1.5, 1.0, 2.0, 1.0, 1.5]
 
 
 @pytest.mark.slow  # the same runs as above
 def test_an_actor_killed_mid_batch_is_replaced_and_every_file_is_done_once(resumed_run):
     assert resumed_run["actor_killed"], "the fault was not injected"
-    assert resumed_run["summary"].failures == 0
-    assert_each_once(resumed_run["rows"], resumed_run["clips"])
+    assert resumed_run["resumed"]["summary"]["failures"] == 0
+    assert_each_once(resumed_run["resumed"]["rows"], [*resumed_run["clips"], resumed_run["copy"]])
 
 
 def test_inputs_from_a_folder_a_glob_and_a_manifest(tmp_path):
