@@ -32,7 +32,7 @@ CLIPS = {"en": ["en-weather.wav", "en-fellow-americans.wav", "en-jfk.flac"], "de
 
 @pytest.fixture(scope="module")
 def audio_dir(tmp_path_factory) -> Path:
-    """The English and German assets cut into 1.5-4 s pieces, in folders named by language."""
+    """The English and German assets cut into consecutive 1.5-4 s pieces, in folders named by language."""
     folder = tmp_path_factory.mktemp("distill-audio")
     rng = np.random.default_rng(0)
     for language, names in CLIPS.items():
@@ -44,7 +44,7 @@ def audio_dir(tmp_path_factory) -> Path:
                 length = int(rng.uniform(1.5, 4.0) * SAMPLE_RATE)
                 piece = audio[start : start + length]
                 soundfile.write(folder / language / f"{Path(name).stem}-{start}.wav", piece, SAMPLE_RATE)
-                start += length // 2
+                start += length
     return folder
 
 
@@ -64,7 +64,7 @@ def test_training_fits_the_targets_readings(demo_models, distilled):
     # the demo target's text is random ids, most of them past the CPU draft's 16384 most frequent
     options = TrainingOptions(epochs=2, batch_size=4, learning_rate=1e-4, patience=2, vocabulary=None)
     _, history = train_draft(target, readings, readings, options)
-    agreements = [round(a.overall, 3) for a in history]  # measured 0.77 -> 0.92 -> 0.96
+    agreements = [round(a.overall, 3) for a in history]  # measured 0.59 -> 0.80 -> 0.96
     assert max(agreements[1:]) > agreements[0] + 0.1, agreements
 
 
@@ -214,6 +214,7 @@ def test_distill_resumes_a_self_draft_where_it_left_off(demo_models, audio_dir, 
     """--resume trains a self-draft further (a user adapting the shipped one to their recordings): on the
     same held-out windows it starts at the agreement it ended with, and its recipe keeps the first one's."""
     out = tmp_path / "resumed"
+    shutil.copytree(distilled / "cache", out / "cache")  # the same audio read by the same target: only trains
     arguments = ["distill", str(demo_models["target"]), str(audio_dir), str(out), "--window-seconds", "4"]
     options = ["--held-out", "0.25", "--batch-size", "4", "--epochs", "1", "--learning-rate", "1e-4"]
     assert cli.main([*arguments, *options, "--resume", str(distilled)]) == 0
