@@ -4,12 +4,13 @@ own problem is its alone.
 
 Demo models (random weights): the clips of test_batching in three languages, noise and bursts, with other
 options per request, and a long file (sequential long-form, its windows rejoining the batch one by one);
-and the real CPU default pair on the assets, a minute of English among them and one request cancelled.
+and the real CPU default pair on the assets, 42 s of English among them and one request cancelled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import math
@@ -24,7 +25,7 @@ import torch
 from test_batching import BATCH
 
 from specdec.api import SpeculativeWhisper
-from specdec.audio import MAX_LONG_SECONDS, load_audio
+from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
 from specdec.engine.cancel import Cancelled
 from specdec.options import MIN_TEMPERATURE, DecodeOptions, TranscribeOptions
 from specdec.scheduler import Scheduler
@@ -33,6 +34,7 @@ from specdec.whisper.logits import LogitsPipeline
 ASSETS = Path(__file__).parent.parent / "assets"
 GREEDY = DecodeOptions(max_new_tokens=24)
 LONG = np.concatenate([BATCH["en-weather"], BATCH["bursts-9s"], BATCH["de-bahnhof"], BATCH["bursts-9s"]] * 2)
+LONG_REAL_SECONDS = 42.2
 REQUESTS = [  # (clip, options, speculative)
     ("en-weather", GREEDY, True),
     ("de-bahnhof", dataclasses.replace(GREEDY, timestamps=True), True),
@@ -47,6 +49,7 @@ def waveform(name: str) -> np.ndarray:
     return LONG if name == "long" else BATCH[name]
 
 
+@functools.cache  # decoding is deterministic: each clip's reference is decoded once for every test here
 def alone(whisper, name: str, options: DecodeOptions, speculative: bool) -> tuple[int, ...]:
     run = TranscribeOptions.of(options, speculative=speculative)
     (transcription,) = whisper.transcribe_waveforms([waveform(name)], run)
@@ -140,12 +143,14 @@ def test_the_least_temperature_samples_from_finite_probabilities(shared_pair):
 
 def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_models):
     """The CPU default pair (whisper-base with its self-draft, real weights): short clips in three languages
-    and a minute of English (its windows rejoining), sent from threads at once, one of them cancelled
+    and 42 s of English (its second window rejoining), sent from threads at once, one of them cancelled
     while it decodes; every other answer equals the one it gets alone."""
     whisper = SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device="cpu")
     scheduler = Scheduler(whisper)
     names = ("en-jfk.flac", "de-bahnhof.wav", "es-biblioteca.wav", "en-weather.wav", "long/en-six-parts.flac")
     audio = {name: load_audio(ASSETS / name, max_seconds=MAX_LONG_SECONDS) for name in names}
+    long = audio["long/en-six-parts.flac"]  # its first four parts, to the pause after them: two windows
+    audio["long/en-six-parts.flac"] = long[: round(LONG_REAL_SECONDS * SAMPLE_RATE)]
     options = DecodeOptions()
     stop = threading.Event()
     cancelled = scheduler.submit(audio["long/en-six-parts.flac"], options, "cancelled", stop=stop)
@@ -160,6 +165,7 @@ def test_the_real_pair_under_concurrency_decodes_each_request_as_alone(real_mode
         waveform = audio[name]
         (alone,) = whisper.transcribe_waveforms([waveform], options)
         assert answer.token_ids == alone.token_ids, f"{name}: differs from alone"
+    assert len(answers["long/en-six-parts.flac"].result.windows) > 1, "the long one, window by window"
     assert max(answer.result.mean_batch_rows for answer in answers.values()) > 1.5, "they shared passes"
     assert {answer.language for answer in answers.values()} >= {"en", "de"}
 

@@ -50,15 +50,14 @@ def test_every_door_gives_the_same_timed_words(served, tmp_path, monkeypatch, ca
         doors[f"api, timestamps={timestamps}"] = triples(found[0].words)
 
     monkeypatch.setattr(cli, "SpeculativeWhisper", lambda **_: whisper, raising=False)
-    assert cli.main(["transcribe", str(JFK), "--word-timestamps"]) == 0
+    subtitles = ["--word-subtitles", "--output-format", "srt", "--output-dir", str(tmp_path)]
+    assert cli.main(["transcribe", str(JFK), "--word-timestamps", *subtitles]) == 0  # its lines and a file
     lines = [CLI_LINE.match(line) for line in capsys.readouterr().out.splitlines()]
     doors["cli lines"] = [(m[3], float(m[1]), float(m[2])) for m in lines if m]
-    assert cli.main(["transcribe", str(JFK), "--word-timestamps", "--json"]) == 0
-    doors["cli --json"] = from_dicts(json.loads(capsys.readouterr().out)["speculative"]["words"])
-    subtitles = ["--word-subtitles", "--output-format", "srt", "--output-dir", str(tmp_path)]
-    assert cli.main(["transcribe", str(JFK), "--word-timestamps", *subtitles]) == 0
     cues = srt.parse((tmp_path / "en-jfk.srt").read_text(encoding="utf-8"))
     doors["cli srt"] = [(c.content, c.start.total_seconds(), c.end.total_seconds()) for c in cues]
+    assert cli.main(["transcribe", str(JFK), "--word-timestamps", "--json"]) == 0
+    doors["cli --json"] = from_dicts(json.loads(capsys.readouterr().out)["speculative"]["words"])
 
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     with JFK.open("rb") as audio:
