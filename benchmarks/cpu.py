@@ -38,7 +38,7 @@ from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.fast_draft import CPU_DRAFT, draft_frames, pooled_states, tune_draft
-from specdec.engine.lean_decoder import LeanDecoder
+from specdec.engine.lean_decoder import lean_decoder
 from specdec.options import TranscribeOptions
 from specdec.trace import DRAFT_ENCODER, TARGET_ENCODER
 from specdec.whisper.features import encode, features
@@ -371,7 +371,7 @@ def step_costs(bench: CpuBench, waveform: np.ndarray, log) -> dict:
     for name, whisper in bench.variants.items():
         draft, settings = whisper.pair.draft.model, whisper.pair.draft_settings
         frames = draft_frames(settings, clip_features, WINDOW_FRAMES)
-        decoder = LeanDecoder if settings.lean_step else CachedDecoder
+        decoder = lean_decoder if settings.lean_step else CachedDecoder
         hidden = pooled_states(encode(draft, clip_features[..., :frames])[0], settings.frame_pooling)
         kinds[f"draft {name}, 1 token"] = (draft, hidden, 1, decoder)
     seconds: dict[str, list[float]] = {name: [] for name in kinds}
@@ -392,7 +392,7 @@ def step_costs(bench: CpuBench, waveform: np.ndarray, log) -> dict:
     return {"bandwidth_bytes_per_second": bandwidth, "kinds": found}
 
 
-def _time_steps(decoder: CachedDecoder | LeanDecoder, width: int, repeats: int) -> list[float]:
+def _time_steps(decoder: CachedDecoder, width: int, repeats: int) -> list[float]:
     decoder.feed([list(range(50, 50 + PROMPT_TOKENS))])
     seconds = []
     for _ in range(repeats + 1):

@@ -84,7 +84,7 @@ tokens_large_other() {
 tests_cuda() {  # the engine's tests that need neither the bundled real weights nor the app's packages
     TAIL=25 stage tests-cuda 180 env SPECDEC_TEST_DEVICE="$DEVICE" python3 -m pytest -q -p no:cacheprovider \
         -p no:benchmark -n 8 tests/test_lossless.py tests/test_batching.py tests/test_longform.py \
-        tests/test_target_step.py tests/test_bench.py tests/test_no_speech.py tests/test_reuse.py \
+        tests/test_step.py tests/test_bench.py tests/test_no_speech.py tests/test_reuse.py \
         tests/test_streaming.py tests/test_self_draft.py tests/test_draft_cost.py tests/test_acceptance.py
 }
 graph_probe() { stage graph-probe 90 python3 scripts/gpu_graph_probe.py; }  # launch overhead, sized

@@ -39,7 +39,7 @@ from specdec.engine.fast_draft import (
     sounding_frames,
     tune_draft,
 )
-from specdec.engine.lean_decoder import LeanDecoder
+from specdec.engine.lean_decoder import lean_decoder
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions, TranscribeOptions
 from specdec.whisper.features import encode, features, pair_features
@@ -136,7 +136,7 @@ def test_the_lean_step_computes_what_the_decoder_computes(separate_pair, weights
     draft = pair.plain_draft.model if weights == "float32" else pair.draft.model
     generator = torch.Generator().manual_seed(3)
     hidden = torch.randn(2, 200, draft.config.d_model, generator=generator)
-    lean, stock = LeanDecoder(draft, hidden), CachedDecoder(draft, hidden)
+    lean, stock = lean_decoder(draft, hidden), CachedDecoder(draft, hidden)
     for step in (
         lambda decoder: decoder.feed([[50258, 11, 12], [50258]]),
         lambda decoder: decoder.rollback([2, 1]),
@@ -157,10 +157,10 @@ def test_the_lean_step_follows_weights_changed_after_first_use(separate_pair):
     torch.manual_seed(0)
     draft = WhisperForConditionalGeneration(separate_pair.pair.plain_draft.model.config).eval()
     hidden = torch.randn(1, 50, draft.config.d_model, generator=torch.Generator().manual_seed(1))
-    before = LeanDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
+    before = lean_decoder(draft, hidden).feed([[50258, 11, 12]])[0]
     with torch.no_grad():
         draft.model.decoder.layers[0].self_attn.q_proj.weight.mul_(3.0)
-    after = LeanDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
+    after = lean_decoder(draft, hidden).feed([[50258, 11, 12]])[0]
     expected = CachedDecoder(draft, hidden).feed([[50258, 11, 12]])[0]
     assert not torch.allclose(before, expected, atol=1e-4, rtol=1e-4)
     assert torch.allclose(after, expected, atol=1e-4, rtol=1e-4)

@@ -5,11 +5,16 @@
       clip_decoding          one clip's way through the seek loop: its next row, what a window keeps
       loop.Batch             one step: propose -> verify -> accept -> roll back -> record -> drop
         drafters             who proposes (the draft model, the previous hypothesis, a plug-in)
-        draft_length         how many (fixed, adaptive, cost-aware)
-        acceptance           the rules (greedy, Leviathan et al. rejection sampling): pure tensor code
+        draft_length         how many (fixed, adaptive, cost-aware, load-aware)
+        acceptance           the rules (greedy, Leviathan et al. rejection sampling, the lossy relaxation):
+                             pure tensor code
         cache                each model's decoder with per-row KV caches (feed / roll back / keep rows)
+          step               the one decoder step: tokens at explicit positions -> logits (the target's
+                             exact layers; lean_decoder: a draft's fused ones)
         kernels              packed CPU weights, installed only by an explicit `kernels.pack`
         fast_draft           a cheaper draft (int8, a restricted vocabulary, audio-only encoding)
+      state                  a row, and the clock that numbers passes and encoder calls
+      cancel                 a cancellation scope: a decoding stops at its next pass
 
 The engine imports only `specdec.whisper`, `specdec.options`, `specdec.trace` and `specdec.audio`.
 """

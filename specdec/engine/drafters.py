@@ -16,7 +16,6 @@ from typing import Protocol
 import torch
 
 from specdec.engine.cache import CachedDecoder
-from specdec.engine.lean_decoder import LeanDecoder
 from specdec.engine.state import Row
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL
 from specdec.whisper.vocabulary import VocabularyMap
@@ -66,7 +65,7 @@ class DraftModel:
     free = False
 
     def __init__(
-        self, decoder: CachedDecoder | LeanDecoder, vocabulary: VocabularyMap, draft_prompts: list[list[int]]
+        self, decoder: CachedDecoder, vocabulary: VocabularyMap, draft_prompts: list[list[int]]
     ) -> None:
         self.decoder = decoder
         self.vocabulary = vocabulary

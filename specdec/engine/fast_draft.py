@@ -15,7 +15,7 @@ returns a pair whose draft is a copy of the loaded draft, changed as `DraftSetti
   draft's softmax is then a distribution over what it can propose, so rejection sampling stays exact.
   A byte-level BPE numbers its tokens in the order it merged them, most frequent pairs first: the
   lowest ids are the most frequent pieces of its training text, and need no corpus to count.
-- lean_step: the decoder step runs in plain tensor ops (`engine.lean_decoder.LeanDecoder`), not through
+- lean_step: the decoder step runs in plain tensor ops (`engine.lean_decoder.LeanLayers`), not through
   transformers' modules: the same weights, a fraction of the Python per step.
 - audio_context: the encoder reads only the window's frames (plus `AUDIO_CONTEXT_MARGIN`), not the
   silence padding them to 30 s, as whisper.cpp's `audio_ctx` does: an 11 s clip costs the draft's

@@ -1,20 +1,15 @@
-"""The draft's decoder step in plain tensor ops: what a Whisper decoder layer computes, without the modules.
+"""A draft's decoder layers in plain tensor ops (`LeanLayers`, which `engine.step.decoder_step` runs).
 
-Through transformers' decoder a whisper-tiny.en draft step makes ~711 operator calls and 33 products;
-`LeanDecoder` runs the same layers' weights (int8, packed or restricted ones alike) in about 25 calls
-and 6 products per layer, without nn.Module's dispatch: the query, key and value projections are one
-product (`LeanLayer`, made once per model: the int8 rows and their per-row scales, or the float rows,
-concatenated, with the attention's scaling folded into the query's rows), `scaled_dot_product_attention`
-runs on the decoder's own key and value tensors, and the cross-attention keys and values are computed
-once when the decoder is made. Measured on the bundled tiny.en with the CPU default settings (2 threads,
-jfk's 601 encoder positions): 6.4 ms per step against 9.7 ms through transformers' decoder in
-`python -m benchmarks cpu` (passive OpenMP waiting); alone, 3.6 ms against 5.0 ms with one product per
-projection and the modules called (docs/benchmarks.md).
+Through transformers' decoder layers a small draft's step makes hundreds of operator calls; `LeanLayers`
+runs the same layers' weights (int8, packed or restricted ones alike) in about 25 calls and 6 products per
+layer, without nn.Module's dispatch: the query, key and value projections are one product (`LeanLayer`, made
+once per model: the int8 rows and their per-row scales, or the float rows, concatenated, with the
+attention's scaling folded into the query's rows), and `scaled_dot_product_attention` runs on the step's own
+cache tensors (docs/benchmarks.md has what it saves).
 
 For a draft only, never the target: its float results may differ from transformers' by rounding (another
-attention kernel, another order of additions), which can change what the draft proposes but never the
-output, since the target verifies every proposed token. It keeps `CachedDecoder`'s interface and cache
-strategy (per-row lengths, writes at explicit positions, a mask; see `engine.cache`).
+order of additions, the scaling folded in), which can change what the draft proposes but never the output,
+since the target verifies every proposed token. The cache and the feed are the step's (`engine.step`).
 """
 
 from __future__ import annotations
@@ -28,8 +23,8 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import WhisperForConditionalGeneration
 
-from specdec.engine import kernels
-from specdec.engine.cache import CAPACITY_STEP, RowLengths, feed_layout
+from specdec.engine.cache import CachedDecoder
+from specdec.engine.step import Feed, SelfAttentionCache
 
 Projection = Callable[[torch.Tensor], torch.Tensor]  # (..., in_features) -> (..., out_features)
 Norm = tuple[torch.Tensor, torch.Tensor, float]  # a layer norm's weight, bias and eps
@@ -64,135 +59,64 @@ def lean_layers(model: WhisperForConditionalGeneration) -> list[LeanLayer]:
     return _LAYERS[model][1]
 
 
-class LeanDecoder(RowLengths):
-    """Incremental decoding of a batch of rows with a draft model; row b has `lengths[b]` cached tokens."""
+def lean_decoder(model: WhisperForConditionalGeneration, hidden: torch.Tensor) -> CachedDecoder:
+    """A draft's decoder over these rows' encoder states (rows, frames, d_model), its step `LeanLayers`'."""
+    return CachedDecoder(model, hidden, LeanLayers(model))
 
-    def __init__(self, model: WhisperForConditionalGeneration, encoder_hidden_states: torch.Tensor) -> None:
-        """encoder_hidden_states: (batch, positions, d_model), one row per window."""
-        self.model = model
-        self.decoder = model.model.decoder
+
+class LeanLayers:
+    """A draft's layers as `engine.step.decoder_step` runs them: LeanLayers' products, a boolean mask."""
+
+    def __init__(self, model: WhisperForConditionalGeneration) -> None:
         self.layers = lean_layers(model)
-        config = model.config
-        self.num_heads = config.decoder_attention_heads
-        self.head_dim = config.d_model // self.num_heads
-        self.max_positions = config.max_target_positions
-        self.lengths = [0] * encoder_hidden_states.shape[0]
-        self.cross = self._cross(encoder_hidden_states)
-        empty = encoder_hidden_states.new_zeros(self.batch_size, self.num_heads, 0, self.head_dim)
-        self.keys = [empty] * len(self.layers)
-        self.values = [empty] * len(self.layers)
+        attention = model.model.decoder.layers[0].self_attn
+        self.num_heads, self.head_dim = attention.num_heads, attention.head_dim
 
-    def add(self, encoder_hidden_states: torch.Tensor) -> None:
-        """New rows at the end of the batch, with no tokens yet: encoder_hidden_states (rows, positions,
-        d_model), as many positions as the others'."""
-        cross = self._cross(encoder_hidden_states)
-        self.cross = [
-            (torch.cat([keys, new_keys]), torch.cat([values, new_values]))
-            for (keys, values), (new_keys, new_values) in zip(self.cross, cross, strict=True)
-        ]
-        count = encoder_hidden_states.shape[0]
-        self.keys = [_with_empty_rows(keys, count) for keys in self.keys]
-        self.values = [_with_empty_rows(values, count) for values in self.values]
-        self.lengths += [0] * count
+    def mask(self, feed: Feed, dtype: torch.dtype) -> torch.Tensor | None:
+        """Each query sees the keys at positions up to its own (padding and stale positions never); one
+        row's one token sees every key, so it needs none."""
+        if feed.positions.numel() == 1:
+            return None
+        keys = torch.arange(feed.kv_length, device=feed.positions.device)
+        return (keys[None, None, :] <= feed.positions[:, :, None])[:, None]
 
-    def _cross(self, encoder_hidden_states: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's cross-attention keys and values, (rows, heads, positions, head_dim)."""
-        with torch.inference_mode(), kernels.active():
-            return [
-                (
-                    self._heads(layer.encoder_attn.k_proj(encoder_hidden_states)),
-                    self._heads(layer.encoder_attn.v_proj(encoder_hidden_states)),
-                )
-                for layer in self.decoder.layers
-            ]
-
-    @torch.inference_mode()
-    def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
-        """Append each row's tokens (any number, 0 included) to its cache; per row, logits
-        (len(token_ids[b]), vocab) predicting the token after each."""
-        device = self.model.device
-        layout = feed_layout(self.lengths, token_ids, device)
-        positions, input_ids, kv_length = layout.positions, layout.input_ids, layout.kv_length
-        self._grow(layout.end_position)
-        # each query sees the keys at positions up to its own (padding and stale positions never); one
-        # row's one token sees every key
-        mask = None
-        if positions.numel() > 1:
-            mask = (torch.arange(kv_length, device=device)[None, None, :] <= positions[:, :, None])[:, None]
-        index = positions[:, None, :, None].expand(-1, self.num_heads, -1, self.head_dim)
-        decoder = self.decoder
-        hidden = (
-            decoder.embed_tokens(input_ids)
-            + decoder.embed_positions.weight[positions.clamp(max=self.max_positions - 1)]
-        )
-        with kernels.active():
-            for i, layer in enumerate(self.layers):
-                hidden = self._layer(i, layer, hidden, index, mask, kv_length)
-            logits = self.model.proj_out(_norm(hidden, _norm_of(decoder.layer_norm)))
-        self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
-        return [logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
-
-    def _layer(
+    def layer(
         self,
-        i: int,
-        layer: LeanLayer,
+        index: int,
         hidden: torch.Tensor,
-        index: torch.Tensor,
+        feed: Feed,
+        cache: SelfAttentionCache,
+        cross: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor | None,
-        kv_length: int,
     ) -> torch.Tensor:
         """One decoder layer: self-attention over the cache, cross-attention, the MLP (pre-norm, residual)."""
-        batch, tokens, _ = hidden.shape
+        layer = self.layers[index]
+        rows, tokens, _ = hidden.shape
         query_key_value = layer.query_key_value(_norm(hidden, layer.self_norm))
-        query, key, value = query_key_value.view(batch, tokens, 3, self.num_heads, self.head_dim).permute(
+        query, key, value = query_key_value.view(rows, tokens, 3, self.num_heads, self.head_dim).permute(
             2, 0, 3, 1, 4
-        )  # each (batch, heads, tokens, head_dim)
-        self.keys[i].scatter_(2, index, key)
-        self.values[i].scatter_(2, index, value)
-        keys, values = self.keys[i][:, :, :kv_length], self.values[i][:, :, :kv_length]
-        attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0)
+        )  # each (rows, heads, tokens, head_dim)
+        cache.write(index, feed.positions, key, value)
+        attended = F.scaled_dot_product_attention(
+            query, *cache.read(index, feed.kv_length), attn_mask=mask, scale=1.0
+        )
         hidden = hidden + layer.self_out(self._merge(attended))
 
         query = self._heads(layer.cross_query(_norm(hidden, layer.cross_norm)))
-        attended = F.scaled_dot_product_attention(query, *self.cross[i], scale=1.0)
+        attended = F.scaled_dot_product_attention(query, *cross, scale=1.0)
         hidden = hidden + layer.cross_out(self._merge(attended))
 
         return hidden + layer.fc2(layer.activation(layer.fc1(_norm(hidden, layer.mlp_norm))))
 
     def _heads(self, states: torch.Tensor) -> torch.Tensor:
-        """(batch, tokens, d_model) -> (batch, heads, tokens, head_dim)."""
-        batch, tokens, _ = states.shape
-        return states.view(batch, tokens, self.num_heads, self.head_dim).transpose(1, 2)
+        """(rows, tokens, d_model) -> (rows, heads, tokens, head_dim)."""
+        rows, tokens, _ = states.shape
+        return states.view(rows, tokens, self.num_heads, self.head_dim).transpose(1, 2)
 
     def _merge(self, states: torch.Tensor) -> torch.Tensor:
-        """(batch, heads, tokens, head_dim) -> (batch, tokens, d_model)."""
-        batch, _, tokens, _ = states.shape
-        return states.transpose(1, 2).reshape(batch, tokens, self.num_heads * self.head_dim)
-
-    def _grow(self, end_position: int) -> None:
-        """Room in every layer's cache for positions up to end_position (in blocks of CAPACITY_STEP)."""
-        capacity = self.keys[0].shape[2]
-        if end_position <= capacity:
-            return
-        extra = -(-end_position // CAPACITY_STEP) * CAPACITY_STEP - capacity
-        self.keys = [F.pad(keys, (0, 0, 0, extra)) for keys in self.keys]
-        self.values = [F.pad(values, (0, 0, 0, extra)) for values in self.values]
-
-    def keep(self, rows: list[int]) -> None:
-        """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""
-        if rows == list(range(self.batch_size)):
-            return
-        index = torch.tensor(rows, dtype=torch.long, device=self.model.device)
-        self.keys = [keys.index_select(0, index) for keys in self.keys]
-        self.values = [values.index_select(0, index) for values in self.values]
-        self.cross = [
-            (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross
-        ]
-        self.lengths = [self.lengths[row] for row in rows]
-
-
-def _with_empty_rows(cache: torch.Tensor, count: int) -> torch.Tensor:
-    return torch.cat([cache, cache.new_zeros(count, *cache.shape[1:])])
+        """(rows, heads, tokens, head_dim) -> (rows, tokens, d_model)."""
+        rows, _, tokens, _ = states.shape
+        return states.transpose(1, 2).reshape(rows, tokens, self.num_heads * self.head_dim)
 
 
 def _norm(hidden: torch.Tensor, norm: Norm) -> torch.Tensor:

@@ -25,7 +25,7 @@ from specdec.engine.clip_decoding import ClipDecoding, make_generator
 from specdec.engine.draft_length import DraftLength, draft_length
 from specdec.engine.drafters import Drafter, DraftModel
 from specdec.engine.fast_draft import draft_frames, pooled_positions, pooled_states
-from specdec.engine.lean_decoder import LeanDecoder
+from specdec.engine.lean_decoder import lean_decoder
 from specdec.engine.loop import Batch
 from specdec.engine.state import Clock, Row
 from specdec.options import DecodeOptions
@@ -234,7 +234,7 @@ class WindowBatch:
 
     def _draft_model(self, hidden: torch.Tensor, clips: list[ClipDecoding], rows: list[Row]) -> DraftModel:
         draft_hidden, prompts = self._draft_rows(hidden, clips, rows)
-        decoder = LeanDecoder if self.pair.draft_settings.lean_step else CachedDecoder
+        decoder = lean_decoder if self.pair.draft_settings.lean_step else CachedDecoder
         return DraftModel(decoder(self.pair.draft.model, draft_hidden), self.pair.vocabulary, prompts)
 
     def _draft_rows(
