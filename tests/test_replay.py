@@ -33,14 +33,18 @@ CAPTURE = TEST_DEVICE.startswith("cuda")  # on a GPU the graphs themselves; else
 
 @contextlib.contextmanager
 def replayed(whisper: SpeculativeWhisper, capture: bool = CAPTURE) -> Iterator[None]:
-    """The pair's models decode in fixed shapes within the block (and as before after it)."""
+    """The pair's models decode in fixed shapes within the block (and as before after it: on CUDA the pair
+    loaded with its steps captured)."""
     models = [whisper.pair.target.model] + ([whisper.pair.draft.model] if whisper.pair.draft else [])
+    before = [replay.is_captured(model) if replay.is_enabled(model) else None for model in models]
     try:
         assert all(replay.enable(model, capture=capture) for model in models)
         yield
     finally:
-        for model in models:
+        for model, captured in zip(models, before, strict=True):
             replay.disable(model)
+            if captured is not None:
+                replay.enable(model, capture=captured)
 
 
 def decode(
