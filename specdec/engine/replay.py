@@ -109,6 +109,8 @@ class Replay:
         return self._allocate(size, frames, like, shared=False)
 
     def release(self, slots: Slots) -> None:
+        """Slots back to the model: a decoding hands them back when its last row finishes (one that stopped
+        early, when it is collected)."""
         with self.lock:
             slots.busy = False
 
