@@ -13,7 +13,7 @@ import torch
 
 from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
-from specdec.engine import kernels
+from specdec.engine import kernels, replay
 from specdec.engine.fast_draft import tune_draft
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
@@ -157,6 +157,7 @@ class SpeculativeWhisper:
         packed_kernels: bool = True,
         draft_settings: DraftSettings | None = None,
         config: SpeculativeConfig | None = None,
+        cuda_graphs: bool = True,
     ) -> None:
         """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
         the pair. "auto": whisper-base with its self-draft on a CPU (real weights shipped in packages),
@@ -168,7 +169,10 @@ class SpeculativeWhisper:
         encoder frames); never changes the output. None: `fast_draft.CPU_DRAFT` for float32 on a CPU,
         the plain draft elsewhere; `DraftSettings()`: the plain draft (`engine.fast_draft.tune_draft`).
         config: the speculation settings every call decodes with unless it says otherwise (gamma,
-        acceptance_threshold, temperature, use_adaptive_gamma); None: exact, greedy, adaptive k."""
+        acceptance_threshold, temperature, use_adaptive_gamma); None: exact, greedy, adaptive k.
+        cuda_graphs: on CUDA, decode in fixed shapes, each decoder step replayed as a CUDA graph (the same
+        output; `engine.replay`, undone by `replay.disable(model)`): one row's steps are captured here
+        (`warm_up`), those of more rows on first use. Elsewhere nothing changes."""
         self.defaults = _defaults(config)
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
         if packed_kernels:
@@ -176,6 +180,9 @@ class SpeculativeWhisper:
                 if model is not None:
                     kernels.pack(model.model)
         self.pair = tune_draft(self.pair, draft_settings)
+        models = [loaded.model for loaded in (self.pair.target, self.pair.draft) if loaded is not None]
+        if cuda_graphs and any([replay.enable(model) for model in models]):
+            self.warm_up()  # captures one row's steps
 
     @classmethod
     def from_pair(cls, pair: ModelPair, config: SpeculativeConfig | None = None) -> SpeculativeWhisper:
@@ -284,7 +291,8 @@ class SpeculativeWhisper:
         return decode_sequential(pair, waveform, options, speculative, progress, make_drafter)
 
     def warm_up(self) -> None:
-        """Run both paths once on a second of silence, so that no timed run pays first-call costs."""
+        """Run both paths once on a second of silence, so that no timed run pays first-call costs (on CUDA,
+        one row's decoder steps captured as graphs among them)."""
         silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
         options = DecodeOptions(language="en", max_new_tokens=4)
         for speculative in (True, False):

@@ -264,6 +264,12 @@ def _device_argument(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--device", type=device_name, default="auto", help="auto (default), cpu, cuda or cuda:N (as the app)"
     )
+    command.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on CUDA, replay each decoder step as a captured CUDA graph (the same output; default: on)",
+    )
 
 
 def device_name(name: str) -> str:
@@ -280,7 +286,8 @@ def _load_pair(args: argparse.Namespace) -> SpeculativeWhisper:
 
     pick_device(args.device)
     pair = sys.modules[__name__].SpeculativeWhisper  # this module's attribute: see __getattr__
-    return pair(draft_model=args.draft, final_model=args.target, device=args.device)
+    graphs = getattr(args, "cuda_graphs", True)
+    return pair(draft_model=args.draft, final_model=args.target, device=args.device, cuda_graphs=graphs)
 
 
 def _import_ct2(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@
         cache                each model's decoder with per-row KV caches (feed / roll back / keep rows)
           step               the one decoder step: tokens at explicit positions -> logits (the target's
                              exact layers; lean_decoder: a draft's fused ones)
+          replay             fixed shapes (rows in slots, the whole context, padded feeds) and each step
+                             replayed as a CUDA graph, installed only by an explicit `replay.enable`
         kernels              packed CPU weights, installed only by an explicit `kernels.pack`
         fast_draft           a cheaper draft (int8, a restricted vocabulary, audio-only encoding)
       state                  a row, and the clock that numbers passes and encoder calls

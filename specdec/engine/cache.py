@@ -19,10 +19,12 @@ of the caches, the only copy).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers import WhisperForConditionalGeneration
 
-from specdec.engine import kernels
+from specdec.engine import kernels, replay
 from specdec.engine.step import (
     CAPACITY_STEP,
     CrossKeysValues,
@@ -54,7 +56,8 @@ class RowLengths:
 class CachedDecoder(RowLengths):
     """Incremental decoding of a batch of rows with one model; row b has `lengths[b]` tokens in its cache.
 
-    Uses the packed CPU kernels where `kernels.pack` installed them (it installs nothing itself)."""
+    Uses the packed CPU kernels where `kernels.pack` installed them, and fixed shapes (steps replayed as
+    CUDA graphs) where `replay.enable` turned them on for the model (it turns on neither itself)."""
 
     def __init__(
         self,
@@ -65,7 +68,8 @@ class CachedDecoder(RowLengths):
     ) -> None:
         """encoder_hidden_states: (batch, frames, d_model), one row per window; layers: how the step runs the
         model's layers (default: the target's exact ones, refused for a model they cannot reproduce);
-        capacity: cache positions allocated at first (grown as needed)."""
+        capacity: cache positions allocated at first (grown as needed; fixed shapes hold the whole
+        context)."""
         self.model = model
         self.layers = layers or ExactLayers(model)
         if isinstance(self.layers, ExactLayers) and (problem := unsupported(model)) is not None:
@@ -74,12 +78,21 @@ class CachedDecoder(RowLengths):
         attention = model.model.decoder.layers[0].self_attn
         rows = encoder_hidden_states.shape[0]
         self.limit = config.max_target_positions
-        self.cache = SelfAttentionCache(
-            config.decoder_layers, rows, attention.num_heads, attention.head_dim, self.limit,
-            encoder_hidden_states, capacity,
-        )  # fmt: skip
-        self.cross = self._cross(encoder_hidden_states)
         self.lengths = [0] * rows
+        self.replay = replay.replay_of(model)
+        self._held: list[replay.Slots | None] = [None]  # fixed shapes: the slots the rows live in
+        if self.replay is None:
+            self.cache = SelfAttentionCache(
+                config.decoder_layers, rows, attention.num_heads, attention.head_dim, self.limit,
+                encoder_hidden_states, capacity,
+            )  # fmt: skip
+            self.cross = self._cross(encoder_hidden_states)
+            return
+        self._like = encoder_hidden_states.new_empty(0)  # the storage's dtype and device
+        self._frames = encoder_hidden_states.shape[1]
+        weakref.finalize(self, _release, self.replay, self._held)  # the shared slots, for the next decoding
+        self._arrange(list(range(0)), rows)
+        self._write_cross(0, encoder_hidden_states)
 
     @torch.inference_mode()
     def _cross(self, encoder_hidden_states: torch.Tensor) -> CrossKeysValues:
@@ -92,10 +105,13 @@ class CachedDecoder(RowLengths):
     def feed(self, token_ids: list[list[int]]) -> list[torch.Tensor]:
         """Append each row's tokens (any number, 0 included) to its cache; per row, logits
         (len(token_ids[b]), vocab) predicting the token after each."""
-        feed = Feed.of(self.lengths, token_ids, self.limit, self.model.device)
-        self.cache.room_for(feed.end_position)
         with kernels.active():
-            logits = decoder_step(self.model, self.layers, self.cache, self.cross, feed)
+            if self.replay is not None:
+                logits = self.replay.step(self._held[0], self.layers, self.lengths, token_ids)
+            else:
+                feed = Feed.of(self.lengths, token_ids, self.limit, self.model.device)
+                self.cache.room_for(feed.end_position)
+                logits = decoder_step(self.model, self.layers, self.cache, self.cross, feed)
         self.lengths = [length + len(tokens) for length, tokens in zip(self.lengths, token_ids, strict=True)]
         return [logits[b, : len(tokens)] for b, tokens in enumerate(token_ids)]
 
@@ -110,14 +126,18 @@ class CachedDecoder(RowLengths):
     def add(self, encoder_hidden_states: torch.Tensor) -> None:
         """New rows at the end of the batch, with no tokens yet: encoder_hidden_states (rows, frames,
         d_model), as many frames as the others'."""
-        count = encoder_hidden_states.shape[0]
-        self.cache.add_rows(count)
-        self.cross = [
-            (torch.cat([keys, new_keys]), torch.cat([values, new_values]))
-            for (keys, values), (new_keys, new_values) in zip(
-                self.cross, self._cross(encoder_hidden_states), strict=True
-            )
-        ]
+        count, first = encoder_hidden_states.shape[0], self.batch_size
+        if self.replay is not None:
+            self._arrange(list(range(first)), first + count)
+            self._write_cross(first, encoder_hidden_states)
+        else:
+            self.cache.add_rows(count)
+            self.cross = [
+                (torch.cat([keys, new_keys]), torch.cat([values, new_values]))
+                for (keys, values), (new_keys, new_values) in zip(
+                    self.cross, self._cross(encoder_hidden_states), strict=True
+                )
+            ]
         self.lengths += [0] * count
 
     def cross_keys_values_of(self, row: int) -> CrossKeysValues:
@@ -130,9 +150,45 @@ class CachedDecoder(RowLengths):
         """Drop every row not in `rows` (indices into the current batch, in the order to keep)."""
         if rows == list(range(self.batch_size)):
             return
-        index = torch.tensor(rows, dtype=torch.long, device=self.model.device)
-        self.cache.keep(index)
-        self.cross = [
-            (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross
-        ]
+        if self.replay is not None:
+            self._arrange(rows, len(rows))
+        else:
+            index = torch.tensor(rows, dtype=torch.long, device=self.model.device)
+            self.cache.keep(index)
+            self.cross = [
+                (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross
+            ]
         self.lengths = [self.lengths[row] for row in rows]
+
+    def _arrange(self, rows: list[int], total: int) -> None:
+        """Fixed shapes: rows `rows` of the slots (in that order) in the first slots of storage for `total`
+        rows: the same slots while the bucket fits, else the bucket's (released when no row is left)."""
+        held = self._held[0]
+        if held is not None and total and replay.bucket(total) == held.size:
+            if rows != list(range(len(rows))):
+                held.copy_rows(held, rows)
+            return
+        slots = self.replay.lease(total, self._frames, self.layers, self._like) if total else None
+        if held is not None:
+            if slots is not None:
+                slots.copy_rows(held, rows)
+            self.replay.release(held)
+        self._held[0] = slots
+        if slots is not None:
+            self.cache, self.cross = slots.cache, slots.cross
+
+    @torch.inference_mode()
+    def _write_cross(self, first: int, encoder_hidden_states: torch.Tensor) -> None:
+        """Fixed shapes: the cross-attention keys and values of new rows into slots first, first + 1, ..."""
+        rows = slice(first, first + encoder_hidden_states.shape[0])
+        for (keys, values), (new_keys, new_values) in zip(
+            self.cross, self._cross(encoder_hidden_states), strict=True
+        ):
+            keys[rows].copy_(new_keys)
+            values[rows].copy_(new_values)
+
+
+def _release(replay_of_model: replay.Replay, held: list) -> None:
+    if held[0] is not None:
+        replay_of_model.release(held[0])
+        held[0] = None

@@ -74,8 +74,8 @@ class LeanLayers:
 
     def mask(self, feed: Feed, dtype: torch.dtype) -> torch.Tensor | None:
         """Each query sees the keys at positions up to its own (padding and stale positions never); one
-        row's one token sees every key, so it needs none."""
-        if feed.positions.numel() == 1:
+        row's one token sees every key, so it needs none (unless the cache is read whole)."""
+        if feed.positions.numel() == 1 and not feed.whole_cache:
             return None
         keys = torch.arange(feed.kv_length, device=feed.positions.device)
         return (keys[None, None, :] <= feed.positions[:, :, None])[:, None]

@@ -93,6 +93,7 @@ class Feed:
     position_ids: torch.Tensor  # (rows, width): each token's learned position (padding's kept in the table)
     kv_length: int  # the keys to attend over: the longest row's length after the feed
     end_position: int  # one past the last position written, padding included
+    whole_cache: bool = False  # attends over every position of a cache of fixed capacity (`fixed`)
 
     @classmethod
     def of(cls, lengths: list[int], token_ids: list[list[int]], limit: int, device: torch.device) -> Feed:
@@ -105,6 +106,16 @@ class Feed:
         end_position = min(max(lengths) + width, limit + 1)
         return cls(
             input_ids, positions.clamp(max=limit), positions.clamp(max=limit - 1), kv_length, end_position
+        )
+
+    @classmethod
+    def fixed(cls, starts: torch.Tensor, input_ids: torch.Tensor, limit: int) -> Feed:
+        """A step of fixed shape (`engine.replay`): row b's tokens input_ids[b] (rows, width) from position
+        starts[b] (rows,) on, attending over the whole cache (limit + 1 positions). The positions are computed
+        here from tensors, so that a captured step reads them from its input."""
+        positions = starts[:, None] + torch.arange(input_ids.shape[1], device=input_ids.device)
+        return cls(
+            input_ids, positions.clamp(max=limit), positions.clamp(max=limit - 1), limit + 1, limit + 1, True
         )
 
 
