@@ -10,6 +10,7 @@
     e2e      one request as a user sends it (a file path in, its text out) per clip: the target alone,
              each draft, faster-whisper float32 and int8
     serve    1-16 concurrent clients against `python app.py` over loopback: throughput, latency, batch rows
+    gpu      the GPU record: generate() (plain, static+compile), assisted, ours eager and replayed, batch 1-8
     profile  torch.profiler over a few passes of each way to decode: launches, syncs, copies per pass
 
 Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
@@ -50,6 +51,7 @@ BENCHMARKS = {
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
+    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu"),
     "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}

@@ -1,4 +1,5 @@
-"""The GPU run's benchmarks, tried on the CPU: the profile's counts.
+"""The GPU run's benchmarks, tried on the CPU: the profile's counts, the record's rows (with a stand-in for
+the engine's replay) and its goals.
 
 Timings are never asserted: they are benchmark figures. What runs only on CUDA (kernel launches, host
 syncs, the compiled static-cache generate(), replay itself) is checked through its bookkeeping here.
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
+from benchmarks import gpu
 from benchmarks import profile as profiling
 from benchmarks.__main__ import main
 from benchmarks.tokens import Measurement
@@ -74,3 +76,89 @@ def test_profile_on_the_cpu(benchmark_checkpoints, tmp_path, capsys):
         rows["specdec draft-shared k=5 α=0.8"]["target_passes"] < rows["specdec target-only"]["target_passes"]
     )
     assert "top ops by self CPU time" in capsys.readouterr().out
+
+
+class StandInReplay:
+    """`specdec.engine.replay`'s interface: every model it is given is 'replayed' (nothing changes)."""
+
+    def __init__(self) -> None:
+        self.enabled: list[object] = []
+
+    def enable(self, model) -> bool:
+        self.enabled.append(model)
+        return True
+
+    def disable(self, model) -> None:
+        self.enabled.remove(model)
+
+
+def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp_path, monkeypatch):
+    replay = StandInReplay()
+    monkeypatch.setattr(gpu, "replay", replay)
+    options = gpu.GpuBenchOptions(
+        size="small", batch_sizes=(1, 2), dtypes=("float32",), max_new_tokens=12, repeats=1,
+        cache_dir=benchmark_checkpoints,
+    )  # fmt: skip
+    path = tmp_path / "record.json"
+    report = gpu.run_and_report(options, path, "test")
+    assert replay.enabled == []  # each model enabled was disabled again
+    assert json.loads(path.read_text())["rows"] == report["rows"]
+    assert report["device"].startswith("cpu") and report["identical"]
+    by_batch = {
+        batch: {row["config"]: row for row in report["rows"] if row["batch"] == batch} for batch in (1, 2)
+    }
+    planted = [f"specdec {draft} k=5 α=0.8 {mode}" for draft in ("draft-separate", "draft-shared")
+               for mode in ("eager", "replayed")]  # fmt: skip
+    alone = ["specdec target-only eager", "specdec target-only replayed"]
+    assert set(by_batch[2]) == {"generate()", "generate() static", *alone, *planted}
+    assert set(by_batch[1]) == set(by_batch[2]) | {
+        "assisted draft-shared k=5 α=0.8",
+        *(f"specdec {draft} adaptive {mode}" for draft in ("draft-separate", "draft-shared")
+          for mode in ("eager", "replayed")),
+    }  # fmt: skip
+    for batch, rows in by_batch.items():
+        assert rows["generate()"]["decode_speedup_vs_generate"] == 1.0
+        assert rows["generate() static"]["compiled"] is False  # compiling is for CUDA
+        for name, row in rows.items():
+            assert row["identical"] and row["dtype"] == "float32" and row["decode_seconds"] > 0, name
+            assert row["rows"] == (1 if row["engine"] == "assisted" else batch)
+            assert row["mode"] == ("replayed" if name.endswith("replayed") else "eager")
+        assert (
+            rows["specdec draft-shared k=5 α=0.8 eager"]["target_passes"]
+            < rows["generate()"]["target_passes"]
+        )
+    assert [goal["met"] is not None for goal in report["goals"]][-1] is False  # no batch 8: not measured
+
+    # a second run of another dtype keeps these rows; a record of another device keeps none
+    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",))) == report["rows"]
+    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
+    assert gpu.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
+
+
+def _row(config: str, seconds: float, batch: int = 1, **fields) -> dict:
+    return {
+        "config": config, "batch": batch, "dtype": "float16", "decode_seconds": seconds, "engine": "specdec",
+        "draft": None, "draft_kind": None, "planted_alpha": None, **fields,
+    }  # fmt: skip
+
+
+def test_goals_read_the_planted_rows_and_the_faster_of_each_mode():
+    tiny = {"draft": "tiny", "draft_kind": "separate-other-vocabulary", "planted_alpha": 0.8}
+    distil = {"draft": "distil-large-v3", "draft_kind": "shared-encoder"}
+    rows = [
+        _row("generate()", 2.0, engine="generate"),
+        _row("generate() static+compile", 0.5, engine="static"),
+        _row("assisted distil-large-v3", 0.9, engine="assisted", **distil, planted_alpha=0.8),
+        _row("specdec target-only eager", 1.0),
+        _row("specdec target-only replayed", 0.4),
+        _row("specdec tiny planted eager", 0.6, **tiny),
+        _row("specdec tiny planted replayed", 0.25, **tiny),
+        _row("specdec tiny adaptive eager", 0.1, **tiny | {"planted_alpha": None}),  # not the goals' case
+        _row("specdec target-only eager", 0.5, batch=8),
+    ]
+    found = {goal["goal"]: goal for goal in gpu.goals(rows)}
+    assert found["speculative (tiny-size) over generate(), float16"]["value"] == pytest.approx(8.0)
+    assert found["speculative (tiny-size) over our target alone"]["value"] == pytest.approx(1.6)
+    assert found["speculative (tiny-size) over the faster of static+compile and assisted"]["value"] == 2.0
+    assert found["speculative (distil-size) over generate(), float16"]["met"] is None  # only assisted ran
+    assert found["batch 8 pass cost over batch 1 (target alone), at most"]["value"] == pytest.approx(1.25)
