@@ -1,5 +1,5 @@
 """The GPU run's benchmarks, tried on the CPU: the profile's counts, the record's rows (with a stand-in for
-the engine's replay) and its goals.
+the engine's replay), its goals, and the app check driven end to end on the demo models.
 
 Timings are never asserted: they are benchmark figures. What runs only on CUDA (kernel launches, host
 syncs, the compiled static-cache generate(), replay itself) is checked through its bookkeeping here.
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-from benchmarks import gpu
+from benchmarks import app_check, gpu
 from benchmarks import profile as profiling
 from benchmarks.__main__ import main
 from benchmarks.tokens import Measurement
@@ -162,3 +162,39 @@ def test_goals_read_the_planted_rows_and_the_faster_of_each_mode():
     assert found["speculative (tiny-size) over the faster of static+compile and assisted"]["value"] == 2.0
     assert found["speculative (distil-size) over generate(), float16"]["met"] is None  # only assisted ran
     assert found["batch 8 pass cost over batch 1 (target alone), at most"]["value"] == pytest.approx(1.25)
+
+
+def test_the_compare_is_read_beside_the_record_replayed_where_it_has_it(tmp_path):
+    record = tmp_path / "record.json"
+    rows = [
+        {
+            "config": f"specdec {name} eager",
+            "batch": 1,
+            "dtype": "float16",
+            "mode": "eager",
+            "decode_seconds": seconds,
+        }
+        for name, seconds in (("target-only", 2.0), ("tiny adaptive", 1.0))
+    ]
+    record.write_text(json.dumps({"rows": rows}))
+    assert app_check.record_ratio(record, "tiny") == 2.0
+    replayed = [
+        {**row, "mode": "replayed", "config": row["config"].replace("eager", "replayed")} for row in rows
+    ]
+    replayed[1]["decode_seconds"] = 0.5
+    record.write_text(json.dumps({"rows": rows + replayed}))
+    assert app_check.record_ratio(record, "tiny") == 4.0
+    assert app_check.record_ratio(record, "distil-large-v3") is None
+
+
+@pytest.mark.slow
+def test_app_check_drives_the_served_app(benchmark_checkpoints, tmp_path):
+    options = app_check.AppCheckOptions(size="small", clients=2, cache_dir=benchmark_checkpoints)
+    report = app_check.run_and_report(options, tmp_path, "test")
+    assert report["identical"] and report["compare"]["identical"]
+    assert report["compare"]["pair"] == "target ← draft-separate"
+    assert report["compare"]["baseline_num_target_passes"] > 0 and report["compare"]["decode_speedup"] > 0
+    assert report["transcription"]["text"] and report["transcription"]["target_passes"] > 0
+    assert report["concurrent"]["clients"] == 2 and report["concurrent"]["identical"]
+    assert [goal["met"] for goal in report["goals"]][1] is None  # no record given
+    assert (tmp_path / "app.json").exists() and (tmp_path / "app-server.log").exists()
