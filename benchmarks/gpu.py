@@ -12,10 +12,11 @@ k, as the app decodes), each "eager" and, where the engine's replay is available
 Clips are encoded once per model (`tokens.EncoderMemo`) and no timing includes an encoder: decode time is
 the batch's wall clock, from the first decoder pass to the last token. Every configuration runs once
 untimed at full length (on a CPU: 2 tokens; the compiled one twice, which compiles and captures), then
-`repeats` interleaved rounds (replayed configurations in rounds of their own, after the eager ones);
-medians. Each row's tokens are compared with `generate()`'s at the same batch size and dtype. The record
-is written after every batch size, so a run cut short keeps what it measured; docs/benchmarks.md ("On a
-GPU") reads it.
+`repeats` interleaved rounds; medians. The static-cache generate() and the replayed configurations run in
+rounds of their own, after the eager ones; a compile or a capture that fails is recorded (`errors`) and
+the run goes on, the static cache uncompiled, without replayed rows. Each row's tokens are compared with
+`generate()`'s at the same batch size and dtype. The record is written as each phase ends, so a run cut
+short keeps what it measured; docs/benchmarks.md ("On a GPU") reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,14 +122,14 @@ class GpuBench:
         self.plans = row_plans([alone[c.name].result for c in self.row_clips], options.alpha, options.seed)
         self.encoder = RowEncoder(self.bench.memo)
         self._compiled_forward = None
+        self.errors: list[str] = []  # what failed and was left out or done otherwise (compiling, replay)
 
     def configs(self, batch: int, replayed: bool) -> list[GpuConfig]:
-        """The configurations of one batch size: the eager ones, or (replayed) those the replay changes."""
+        """The configurations of one batch size but the static-cache generate(): the eager ones, or
+        (replayed) those the replay changes."""
         k, alpha = self.options.num_draft_tokens, self.options.alpha
         mode = "replayed" if replayed else "eager"
-        found = (
-            [] if replayed else [GpuConfig("generate()", "generate"), GpuConfig(self._static_name, "static")]
-        )
+        found = [] if replayed else [GpuConfig("generate()", "generate")]
         if batch == 1 and not replayed:
             found += [
                 GpuConfig(f"assisted {name} k={k} α={alpha:g}", "assisted", name)
@@ -230,19 +231,43 @@ class GpuBench:
         """The models whose decoder steps the replay captures: the target's first, then each draft's."""
         return [self.bench.target.model, *(pair.draft.model for pair in self.bench.pairs.values())]
 
-    def measure(self, batch: int) -> list[dict]:
-        """Every configuration at one batch size: eager rounds, then replayed rounds where replay is on."""
+    def measure(self, batch: int) -> Iterator[list[dict]]:
+        """Every configuration at one batch size, in phases whose rows come as each ends: the eager ones
+        with generate(); the static-cache generate() (compiling takes minutes, and may fail: then it runs
+        uncompiled); the replayed ones where the replay enables."""
         outcomes = self._rounds(self.configs(batch, replayed=False), batch)
-        replayed = replay is not None and replay.enable(self.bench.target.model)
-        if replayed:
-            try:
-                for model in self.replay_models()[1:]:
-                    replay.enable(model)
-                outcomes |= self._rounds(self.configs(batch, replayed=True), batch)
-            finally:
-                for model in self.replay_models():
-                    replay.disable(model)
-        return self._rows(batch, outcomes)
+        reference = outcomes[GpuConfig("generate()", "generate")]
+        yield self._rows(batch, outcomes, reference)
+        yield self._rows(batch, self._static(batch), reference)
+        if replay is None or not replay.enable(self.bench.target.model):
+            return
+        try:
+            for model in self.replay_models()[1:]:
+                replay.enable(model)
+            outcomes = self._rounds(self.configs(batch, replayed=True), batch)
+        except Exception as error:  # one run on a GPU: the other rows still count
+            self._failed(f"replayed, batch {batch}", error)
+            return
+        finally:
+            for model in self.replay_models():
+                replay.disable(model)
+        yield self._rows(batch, outcomes, reference)
+
+    def _static(self, batch: int) -> dict[GpuConfig, Outcome]:
+        try:
+            return self._rounds([GpuConfig(self._static_name, "static")], batch)
+        except Exception as error:
+            if not self.compiled:
+                raise
+            self._failed(f"torch.compile, batch {batch}", error)
+            self.compiled = False
+            self.bench.target.model.__dict__.pop("forward", None)
+            torch._dynamo.reset()
+            return self._rounds([GpuConfig(self._static_name, "static")], batch)
+
+    def _failed(self, what: str, error: Exception) -> None:
+        self.errors.append(f"{what}: {type(error).__name__}: {str(error)[:400]}")
+        self.log(f"!!! {self.errors[-1]}")
 
     def _rounds(self, configs: list[GpuConfig], batch: int) -> dict[GpuConfig, Outcome]:
         tokens = self.options.max_new_tokens
@@ -261,8 +286,7 @@ class GpuBench:
                     kept[config] = outcome
         return kept
 
-    def _rows(self, batch: int, outcomes: dict[GpuConfig, Outcome]) -> list[dict]:
-        reference = next(o for c, o in outcomes.items() if c.engine == "generate")
+    def _rows(self, batch: int, outcomes: dict[GpuConfig, Outcome], reference: Outcome) -> list[dict]:
         generate_seconds = statistics.median(reference.seconds)
         rows = []
         for config, outcome in outcomes.items():
@@ -381,18 +405,17 @@ def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
     }
     for dtype in options.dtypes:
         bench = GpuBench(options, dtype)
-        report["compiled"] = bench.compiled
         for batch in options.batch_sizes:
             start = time.perf_counter()
-            rows = bench.measure(batch)
-            print(
-                table(rows), f"\n({dtype}, batch {batch}: {time.perf_counter() - start:.0f} s)\n", flush=True
-            )
-            report["rows"] += rows
-            report["identical"] = all(row["identical"] for row in report["rows"])
-            report["goals"] = goals(report["rows"])
-            report["wall_seconds"] = time.perf_counter() - started
-            write_json(report, path)
+            for rows in bench.measure(batch):
+                print(table(rows), flush=True)
+                report["rows"] += rows
+                report["identical"] = all(row["identical"] for row in report["rows"])
+                report["goals"] = goals(report["rows"])
+                report["compiled"], report["errors"] = bench.compiled, bench.errors
+                report["wall_seconds"] = time.perf_counter() - started
+                write_json(report, path)
+            print(f"({dtype}, batch {batch}: {time.perf_counter() - start:.0f} s)\n", flush=True)
         del bench
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -79,17 +79,22 @@ def test_profile_on_the_cpu(benchmark_checkpoints, tmp_path, capsys):
 
 
 class StandInReplay:
-    """`specdec.engine.replay`'s interface: every model it is given is 'replayed' (nothing changes)."""
+    """`specdec.engine.replay`'s interface: every model it is given is 'replayed' (nothing changes); with
+    `fail_after`, enabling more models than that raises, as a capture that fails would."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_after: int | None = None) -> None:
         self.enabled: list[object] = []
+        self.fail_after = fail_after
 
     def enable(self, model) -> bool:
+        if self.fail_after is not None and len(self.enabled) >= self.fail_after:
+            raise RuntimeError("capture failed")
         self.enabled.append(model)
         return True
 
     def disable(self, model) -> None:
-        self.enabled.remove(model)
+        if model in self.enabled:
+            self.enabled.remove(model)
 
 
 def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp_path, monkeypatch):
@@ -133,6 +138,28 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
     assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",))) == report["rows"]
     assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
     assert gpu.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
+
+
+def test_a_failed_compile_or_replay_leaves_the_other_rows(benchmark_checkpoints, monkeypatch):
+    """Compiling and capturing happen only on CUDA, in one unattended run: a failure there is recorded and
+    the run goes on (the static cache uncompiled; no replayed rows)."""
+    replay = StandInReplay(fail_after=1)  # the target enables, the first draft's capture fails
+    monkeypatch.setattr(gpu, "replay", replay)
+    options = gpu.GpuBenchOptions(
+        size="small", batch_sizes=(1,), dtypes=("float32",), max_new_tokens=6, repeats=1,
+        cache_dir=benchmark_checkpoints,
+    )  # fmt: skip
+    bench = gpu.GpuBench(options, "float32", log=lambda _: None)
+    bench.compiled = True  # as on CUDA; compiling then fails
+    monkeypatch.setattr(bench, "_compiled", lambda: (_ for _ in ()).throw(RuntimeError("no compiler")))
+    phases = list(bench.measure(1))
+    assert [[row["config"] for row in rows] for rows in phases][1] == ["generate() static"]
+    assert phases[1][0]["identical"] and not phases[1][0]["compiled"] and not bench.compiled
+    assert len(phases) == 2 and replay.enabled == []  # no replayed rows; every model disabled
+    assert bench.errors == [
+        "torch.compile, batch 1: RuntimeError: no compiler", "replayed, batch 1: RuntimeError: capture failed"
+    ]  # fmt: skip
+    assert "forward" not in bench.bench.target.model.__dict__
 
 
 def _row(config: str, seconds: float, batch: int = 1, **fields) -> dict:
