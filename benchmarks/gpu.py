@@ -12,9 +12,10 @@ k, as the app decodes), each "eager" and, where the engine's replay is available
 Clips are encoded once per model (`tokens.EncoderMemo`) and no timing includes an encoder: decode time is
 the batch's wall clock, from the first decoder pass to the last token. Every configuration runs once
 untimed at full length (on a CPU: 2 tokens; the compiled one twice, which compiles and captures), then
-`repeats` interleaved rounds; medians. The static-cache generate() and the replayed configurations run in
-rounds of their own, after the eager ones; a compile or a capture that fails is recorded (`errors`) and
-the run goes on, the static cache uncompiled, without replayed rows. Each row's tokens are compared with
+`repeats` interleaved rounds; medians. The replayed configurations run in rounds of their own after the
+eager ones of their batch size, and the static-cache generate() after every batch size's (compiling takes
+minutes); a compile or a capture that fails is recorded (`errors`) and the run goes on, the static cache
+uncompiled, without replayed rows. Each row's tokens are compared with
 `generate()`'s at the same batch size and dtype. The record is written as each phase ends, so a run cut
 short keeps what it measured; docs/benchmarks.md ("On a GPU") reads it.
 """
@@ -123,6 +124,7 @@ class GpuBench:
         self.encoder = RowEncoder(self.bench.memo)
         self._compiled_forward = None
         self.errors: list[str] = []  # what failed and was left out or done otherwise (compiling, replay)
+        self.references: dict[int, Outcome] = {}  # generate()'s, by batch size
 
     def configs(self, batch: int, replayed: bool) -> list[GpuConfig]:
         """The configurations of one batch size but the static-cache generate(): the eager ones, or
@@ -232,30 +234,31 @@ class GpuBench:
         return [self.bench.target.model, *(pair.draft.model for pair in self.bench.pairs.values())]
 
     def measure(self, batch: int) -> Iterator[list[dict]]:
-        """Every configuration at one batch size, in phases whose rows come as each ends: the eager ones
-        with generate(); the static-cache generate() (compiling takes minutes, and may fail: then it runs
-        uncompiled); the replayed ones where the replay enables."""
+        """Our configurations and transformers' but the static cache at one batch size, in phases whose
+        rows come as each ends: the eager ones with generate(), then the replayed ones where the replay
+        enables (a capture that fails is recorded, and no replayed rows come)."""
         outcomes = self._rounds(self.configs(batch, replayed=False), batch)
-        reference = outcomes[GpuConfig("generate()", "generate")]
-        yield self._rows(batch, outcomes, reference)
-        yield self._rows(batch, self._static(batch), reference)
+        self.references[batch] = outcomes[GpuConfig("generate()", "generate")]
+        yield self._rows(batch, outcomes, self.references[batch])
         if replay is None or not replay.enable(self.bench.target.model):
             return
         try:
             for model in self.replay_models()[1:]:
                 replay.enable(model)
             outcomes = self._rounds(self.configs(batch, replayed=True), batch)
-        except Exception as error:  # one run on a GPU: the other rows still count
+        except Exception as error:  # one unattended run on a GPU: the other rows still count
             self._failed(f"replayed, batch {batch}", error)
             return
         finally:
             for model in self.replay_models():
                 replay.disable(model)
-        yield self._rows(batch, outcomes, reference)
+        yield self._rows(batch, outcomes, self.references[batch])
 
-    def _static(self, batch: int) -> dict[GpuConfig, Outcome]:
+    def measure_static(self, batch: int) -> list[dict]:
+        """The static-cache generate() at a batch size `measure` has run: compiling takes minutes, and a
+        compile that fails is recorded, and the static cache runs uncompiled from then on."""
         try:
-            return self._rounds([GpuConfig(self._static_name, "static")], batch)
+            outcomes = self._rounds([GpuConfig(self._static_name, "static")], batch)
         except Exception as error:
             if not self.compiled:
                 raise
@@ -263,7 +266,8 @@ class GpuBench:
             self.compiled = False
             self.bench.target.model.__dict__.pop("forward", None)
             torch._dynamo.reset()
-            return self._rounds([GpuConfig(self._static_name, "static")], batch)
+            outcomes = self._rounds([GpuConfig(self._static_name, "static")], batch)
+        return self._rows(batch, outcomes, self.references[batch])
 
     def _failed(self, what: str, error: Exception) -> None:
         self.errors.append(f"{what}: {type(error).__name__}: {str(error)[:400]}")
@@ -326,6 +330,17 @@ def device_name(device: str) -> str:
     from benchmarks.common import machine
 
     return f"cpu: {machine()['cpu']}"
+
+
+def _add(report: dict, rows: list[dict], bench: GpuBench, path: Path, started: float) -> None:
+    """Rows into the report, printed, and the record written again."""
+    print(table(rows), flush=True)
+    report["rows"] += rows
+    report["identical"] = all(row["identical"] for row in report["rows"])
+    report["goals"] = goals(report["rows"])
+    report["compiled"], report["errors"] = bench.compiled, bench.errors
+    report["wall_seconds"] = time.perf_counter() - started
+    write_json(report, path)
 
 
 def kept_rows(path: Path, device: str, options: GpuBenchOptions) -> list[dict]:
@@ -405,17 +420,13 @@ def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
     }
     for dtype in options.dtypes:
         bench = GpuBench(options, dtype)
+        # ours and generate() at every batch size first, then the static cache compiled (the slowest to
+        # start, and read by one goal only)
         for batch in options.batch_sizes:
-            start = time.perf_counter()
             for rows in bench.measure(batch):
-                print(table(rows), flush=True)
-                report["rows"] += rows
-                report["identical"] = all(row["identical"] for row in report["rows"])
-                report["goals"] = goals(report["rows"])
-                report["compiled"], report["errors"] = bench.compiled, bench.errors
-                report["wall_seconds"] = time.perf_counter() - started
-                write_json(report, path)
-            print(f"({dtype}, batch {batch}: {time.perf_counter() - start:.0f} s)\n", flush=True)
+                _add(report, rows, bench, path, started)
+        for batch in options.batch_sizes:
+            _add(report, bench.measure_static(batch), bench, path, started)
         del bench
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
