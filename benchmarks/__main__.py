@@ -52,7 +52,7 @@ BENCHMARKS = {
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
-    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu"),
+    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu_report"),
     "app": ("benchmarks.app_check", "AppCheckOptions", "benchmarks.app_check"),
     "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
 }

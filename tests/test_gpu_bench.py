@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-from benchmarks import app_check, gpu
+from benchmarks import app_check, gpu, gpu_report
 from benchmarks import profile as profiling
 from benchmarks.__main__ import main
 from benchmarks.tokens import Measurement
@@ -105,7 +105,7 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
         cache_dir=benchmark_checkpoints,
     )  # fmt: skip
     path = tmp_path / "record.json"
-    report = gpu.run_and_report(options, path, "test")
+    report = gpu_report.run_and_report(options, path, "test")
     assert replay.enabled == []  # each model enabled was disabled again
     assert json.loads(path.read_text())["rows"] == report["rows"]
     assert report["device"].startswith("cpu") and report["identical"]
@@ -135,9 +135,12 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
     assert [goal["met"] is not None for goal in report["goals"]][-1] is False  # no batch 8: not measured
 
     # a second run of another dtype keeps these rows; a record of another device keeps none
-    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",))) == report["rows"]
-    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
-    assert gpu.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
+    assert (
+        gpu_report.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",)))
+        == report["rows"]
+    )
+    assert gpu_report.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
+    assert gpu_report.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
 
 
 def test_a_failed_compile_or_replay_leaves_the_other_rows(benchmark_checkpoints, monkeypatch):
@@ -183,7 +186,7 @@ def test_goals_read_the_planted_rows_and_the_faster_of_each_mode():
         _row("specdec tiny adaptive eager", 0.1, **tiny | {"planted_alpha": None}),  # not the goals' case
         _row("specdec target-only eager", 0.5, batch=8),
     ]
-    found = {goal["goal"]: goal for goal in gpu.goals(rows)}
+    found = {goal["goal"]: goal for goal in gpu_report.goals(rows)}
     assert found["speculative (tiny-size) over generate(), float16"]["value"] == pytest.approx(8.0)
     assert found["speculative (tiny-size) over our target alone"]["value"] == pytest.approx(1.6)
     assert found["speculative (tiny-size) over the faster of static+compile and assisted"]["value"] == 2.0
