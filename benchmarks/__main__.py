@@ -10,6 +10,9 @@
     e2e      one request as a user sends it (a file path in, its text out) per clip: the target alone,
              each draft, faster-whisper float32 and int8
     serve    1-16 concurrent clients against `python app.py` over loopback: throughput, latency, batch rows
+    gpu      the GPU record: generate() (plain, static+compile), assisted, ours eager and replayed, batch 1-8
+    app      `python app.py` on a preset's models: a Compare (gradio_client), /v1 (openai), N at once
+    profile  torch.profiler over a few passes of each way to decode: launches, syncs, copies per pass
 
 Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
 field is its help). The JSON report goes to --out (a folder, or the file an options class names as its
@@ -27,7 +30,7 @@ import sys
 # passive waiting made the target alone decode the cpu benchmark's four clips in 1.97-2.17 s against
 # 1.41-1.44 s, the self-draft at k=9 in 1.08-1.15 s against 0.70-0.71 s). Read when torch loads: set
 # before anything imports it.
-if sys.argv[1:2] not in (["cpu"], ["e2e"], ["stream"], ["serve"]):
+if sys.argv[1:2] not in (["cpu"], ["e2e"], ["stream"], ["serve"], ["app"]):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
@@ -49,6 +52,9 @@ BENCHMARKS = {
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
+    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu_report"),
+    "app": ("benchmarks.app_check", "AppCheckOptions", "benchmarks.app_check"),
+    "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}
 

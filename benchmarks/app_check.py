@@ -1,0 +1,197 @@
+"""`python -m benchmarks app`: the app served as a user starts it, on a preset's checkpoints, driven as its
+users drive it.
+
+`python app.py --target T --draft D ... --device DEVICE` in its own process (the preset's target and drafts
+as model folders, `benchmarks.checkpoints`; at large-v3 size random weights, so the drafts agree with the
+target about never), then, timed from the client: one Compare of a clip through `gradio_client` (both runs
+and the page's own decode ratio), one `/v1/audio/transcriptions` request through `openai`, and N requests
+at once against the same N one after another (the goal: N = 8 finish >= 4x sooner at once). Greedy
+throughout (`fallback` off: random weights fail Whisper's thresholds in every window, and the fallback
+would decode each again hotter). Given the GPU record (`--record`, `benchmarks.gpu`), the Compare's decode
+ratio is set beside the record's for the same draft deciding for itself (adaptive k, batch 1).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
+from benchmarks.common import goal, print_goals, report_header, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_CONCURRENT = 4.0  # N requests at once finish this many times sooner than one after another
+GOAL_COMPARE = 0.2  # Compare's decode ratio within this share of the record's
+
+
+@dataclass(frozen=True)
+class AppCheckOptions:
+    size: str = "large-v3"  # a checkpoints preset: its target and drafts are the app's --target and --draft
+    clip: str = "en-fellow-americans.wav"  # under assets/
+    clients: int = 8  # requests at once, against the same one after another
+    record: str = ""  # a `benchmarks gpu` record to read the Compare's ratio beside; "": none
+    start_seconds: int = 600  # the server's start: loading and warming up the default pair
+    seed: int = 0
+    cache_dir: Path = DEFAULT_CACHE
+    device: str = "cpu"  # the app's --device
+
+
+def start_app(options: AppCheckOptions, log: Path) -> tuple[subprocess.Popen, str, float, list[str]]:
+    """`python app.py` on the preset's folders; its process, URL, seconds until it answered, pair labels."""
+    from specdec.app.store import pairs_for
+
+    paths = bench_models(options.size, options.cache_dir, options.seed)
+    target, *drafts = (str(path) for path in paths.values())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "app.py", "--target", target, "--device", options.device, "--port", str(port)]
+    for draft in drafts:
+        command += ["--draft", draft]
+    start = time.perf_counter()
+    server = subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    while time.perf_counter() - start < options.start_seconds:
+        if server.poll() is not None:
+            raise SystemExit(f"app: the server exited ({server.returncode}); see {log}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                return server, url, time.perf_counter() - start, list(pairs_for(target, drafts))
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    server.kill()
+    raise SystemExit(f"app: the server did not answer within {options.start_seconds} s; see {log}")
+
+
+def compare(url: str, clip: Path, label: str) -> dict:
+    """One Compare through gradio_client, as the page's button sends it (adaptive k, greedy)."""
+    from gradio_client import Client, handle_file
+
+    client = Client(url, verbose=False)
+    start = time.perf_counter()
+    outputs = client.predict(
+        handle_file(str(clip)), label, "en", "transcribe", False, "adaptive", 5, 0.0, 0, "sequential", "",
+        fallback=False, api_name="/compare",
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    *shown, _windows, _words = outputs
+    details = shown[-1]
+    runs = {name: details[name] for name in ("baseline", "speculative")}
+    return {
+        "pair": label,
+        "client_seconds": seconds,
+        "decode_speedup": details["decode_speedup"],
+        "identical": details["identical"],
+        **{
+            f"{name}_{key}": run[key]
+            for name, run in runs.items()
+            for key in ("decode_seconds", "num_target_passes")
+        },
+        "acceptance_rate": runs["speculative"]["acceptance_rate"],
+        "tokens": runs["speculative"]["num_generated"],
+    }
+
+
+def transcribe(url: str, clip: Path) -> dict:
+    """One /v1/audio/transcriptions request through the openai client (the default pair); its answer."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    start = time.perf_counter()
+    with clip.open("rb") as audio:
+        answer = client.audio.transcriptions.create(
+            model="whisper-1", file=audio, language="en", response_format="verbose_json",
+            extra_body={"fallback": "false"},
+        )  # fmt: skip
+    seconds = time.perf_counter() - start
+    found = answer.model_dump()
+    return {"client_seconds": seconds, "text": found["text"], **found.get("speculative", {})}
+
+
+def concurrent(url: str, clip: Path, clients: int) -> dict:
+    """N requests one after another, then the same N at once; seconds, their ratio, identical texts."""
+    start = time.perf_counter()
+    serial = [transcribe(url, clip) for _ in range(clients)]
+    serial_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        together = list(pool.map(lambda _: transcribe(url, clip), range(clients)))
+    together_seconds = time.perf_counter() - start
+    return {
+        "clients": clients,
+        "one_after_another_seconds": serial_seconds,
+        "at_once_seconds": together_seconds,
+        "speedup": serial_seconds / together_seconds,
+        "mean_batch_rows": sum(answer["batch_rows"] for answer in together) / clients,
+        "identical": [a["text"] for a in together] == [a["text"] for a in serial],
+    }
+
+
+def record_ratio(record: Path, draft: str) -> float | None:
+    """The record's decode ratio of the draft deciding for itself over our target alone: float16 batch 1,
+    replayed where the record has it (as the app decodes on CUDA), else eager."""
+    rows = [row for row in json.loads(record.read_text())["rows"] if row["batch"] == 1]
+    dtype = "float16" if any(row["dtype"] == "float16" for row in rows) else rows[0]["dtype"]
+    for mode in ("replayed", "eager"):
+        mine = {row["config"]: row for row in rows if row["dtype"] == dtype and row["mode"] == mode}
+        alone = mine.get(f"specdec target-only {mode}")
+        own = mine.get(f"specdec {draft} adaptive {mode}")
+        if alone and own:
+            return alone["decode_seconds"] / own["decode_seconds"]
+    return None
+
+
+def run_and_report(options: AppCheckOptions, out_dir: Path, command: str) -> dict:
+    """Start the app, drive it, print and write app.json (the server's log beside it)."""
+    started = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    clip = ROOT / "assets" / options.clip
+    server, url, start_seconds, labels = start_app(options, out_dir / "app-server.log")
+    print(f"app answered after {start_seconds:.1f} s at {url}; pairs: {labels}", flush=True)
+    try:
+        transcribe(url, clip)  # the first request's own costs (new shapes) are not the subject
+        compared = compare(url, clip, labels[0])
+        print(f"Compare: {json.dumps(compared)}", flush=True)
+        one = transcribe(url, clip)
+        print(f"/v1 one request: {one['client_seconds']:.2f} s", flush=True)
+        many = concurrent(url, clip, options.clients)
+        print(f"/v1 {json.dumps(many)}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(30)
+    draft = list(PRESETS[options.size].drafts)[0]  # the first pair's draft
+    expected = record_ratio(Path(options.record), draft) if options.record else None
+    off = abs(compared["decode_speedup"] / expected - 1) if expected else None
+    found = [
+        goal(
+            f"{options.clients} /v1 requests at once over one after another",
+            many["speedup"],
+            ">=",
+            GOAL_CONCURRENT,
+        ),
+        goal("Compare's decode ratio off the record's, share", off, "<", GOAL_COMPARE),
+    ]
+    report = {
+        **report_header(command, options),
+        "start_seconds": start_seconds,
+        "compare": compared,
+        "transcription": one,
+        "concurrent": many,
+        "record_decode_ratio": expected,
+        "identical": compared["identical"] and many["identical"],
+        "goals": found,
+        "wall_seconds": time.perf_counter() - started,
+    }
+    print_goals(found)
+    write_json(report, out_dir / "app.json")
+    print(f"wrote {out_dir / 'app.json'} ({report['wall_seconds']:.0f} s)")
+    return report

@@ -1,0 +1,195 @@
+"""`python -m benchmarks profile`: where a target pass's time goes, under `torch.profiler`.
+
+A few passes of each way to decode one clip (transformers `generate()`, our loop with the target alone, and
+speculative with each draft at planted agreement α, `benchmarks.controlled`), each run once untimed at full
+length first (first-use costs), then once under the profiler. Per target pass (a speculative pass
+includes its drafting): kernel launches, host syncs (the CPU waiting for the device), device-to-host reads
+and other copies, the CPU-side time (wall clock) against the device-side time (kernels running), and the
+top ops by self CPU time; a Chrome trace of each run (open it in https://ui.perfetto.dev). On a CPU there
+are no kernels, launches or syncs: the counts of host reads and copies and the op table still hold.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.checkpoints import DEFAULT_CACHE
+from benchmarks.common import report_header, write_json
+from benchmarks.tokens import Bench, BenchOptions, Clip, Config, Measurement
+
+# event names, as the profiler records them (CUDA runtime and driver calls are CPU-side events)
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+GRAPH_LAUNCHES = ("cudaGraphLaunch",)  # one launch that replays a captured graph's kernels
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+HOST_READS = ("aten::_local_scalar_dense", "aten::item")  # a tensor's value read on the host (.item())
+COPIES = ("aten::copy_", "aten::_to_copy")
+DEVICE_COPIES = ("Memcpy DtoH", "Memcpy HtoD", "Memcpy DtoD")  # kernel-side names start with these
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    size: str = "large-v3"  # a checkpoints preset: "large-v3" (real architectures) or "small" (demo models)
+    max_new_tokens: int = 16  # per run: a few passes (the trace holds every op of each)
+    alpha: float = 0.8  # planted agreement of the speculative runs
+    num_draft_tokens: int = 5  # k
+    top: int = 15  # ops listed by self CPU time
+    seed: int = 0  # model weights and the acceptance plan
+    cache_dir: Path = DEFAULT_CACHE
+    device: str = "cpu"  # where the models run: "cpu" or "cuda"
+    dtype: str = "float32"  # float32, float16 or bfloat16
+
+
+def configs(bench: Bench, options: ProfileOptions) -> list[Config]:
+    k, alpha = options.num_draft_tokens, options.alpha
+    found = [Config("generate()", "generate"), Config("specdec target-only", "specdec")]
+    for name in bench.pairs:
+        found.append(Config(f"specdec {name} k={k} α={alpha:g}", "specdec", name, alpha, False, k))
+    return found
+
+
+def summary(prof: profile, measurement: Measurement, wall_seconds: float, top: int) -> dict:
+    """The profile of one run, per target pass where a count is (see the module docstring)."""
+    averages = prof.key_averages()
+    calls = {event.key: event.count for event in averages}
+    passes = max(measurement.target_passes, 1)
+
+    def count(names: tuple[str, ...]) -> int:
+        return sum(calls.get(name, 0) for name in names)
+
+    def count_prefixed(prefixes: tuple[str, ...]) -> int:
+        return sum(n for name, n in calls.items() if name.startswith(prefixes))
+
+    on_cpu = [event for event in averages if event.device_type == DeviceType.CPU]
+    on_device = [event for event in averages if event.device_type != DeviceType.CPU]
+    op_cpu_us = sum(event.self_cpu_time_total for event in on_cpu)
+    device_us = sum(event.self_device_time_total for event in on_device)
+    ops = sorted(on_cpu, key=lambda event: event.self_cpu_time_total, reverse=True)[:top]
+    return {
+        "target_passes": measurement.target_passes,
+        "tokens": len(measurement.token_ids),
+        "decode_ms_per_pass": 1e3 * measurement.median_seconds / passes,  # unprofiled, from the run itself
+        "per_pass": {
+            "kernel_launches": count(LAUNCHES) / passes,
+            "graph_launches": count(GRAPH_LAUNCHES) / passes,
+            "host_syncs": count(SYNCS) / passes,
+            "device_to_host_copies": count_prefixed(("Memcpy DtoH",)) / passes,
+            "host_reads": count(HOST_READS[:1]) / passes,  # item() calls _local_scalar_dense: counted once
+            "copies": count(COPIES) / passes,
+            "device_copies": count_prefixed(DEVICE_COPIES) / passes,
+            "wall_ms": 1e3 * wall_seconds / passes,  # under the profiler: its own overhead included
+            "op_cpu_ms": op_cpu_us / 1e3 / passes,  # time inside ops and runtime calls, not Python between
+            "device_ms": device_us / 1e3 / passes,  # kernels running
+        },
+        "device_busy": device_us / 1e6 / wall_seconds if wall_seconds else 0.0,
+        "top_ops": [
+            {
+                "op": event.key,
+                "calls_per_pass": event.count / passes,
+                "self_cpu_ms_per_pass": event.self_cpu_time_total / 1e3 / passes,
+                "device_ms_per_pass": event.device_time_total / 1e3 / passes,
+            }
+            for event in ops
+        ],
+    }
+
+
+def profile_run(
+    bench: Bench, config: Config, clip: Clip, tokens: int, trace: Path, top: int
+) -> tuple[dict, tuple[int, ...]]:
+    """One run of `config` under the profiler: its summary and output; its trace written (gzipped) to
+    `trace`. An untimed run before it pays first-use costs (new shapes, allocations), a timed one gives the
+    unprofiled decode time."""
+    activities = [ProfilerActivity.CPU]
+    if bench.options.torch_device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    bench.run(config, clip, tokens)
+    timed = bench.run(config, clip, tokens)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        profiled = bench.run(config, clip, tokens)
+        wall = time.perf_counter() - start
+    found = summary(prof, timed, wall, top)
+    plain = trace.with_suffix("")
+    prof.export_chrome_trace(str(plain))
+    with plain.open("rb") as source, gzip.open(trace, "wb") as target:
+        shutil.copyfileobj(source, target)
+    plain.unlink()
+    found["trace"] = trace.name
+    same = profiled.token_ids == timed.token_ids
+    return found, timed.token_ids if same else ()  # () never equals generate()'s output
+
+
+def table(rows: dict[str, dict]) -> str:
+    header = (
+        f"{'per target pass':<34}{'passes':>7}{'launch':>8}{'graphs':>7}{'syncs':>7}{'DtoH':>6}{'reads':>7}"
+        f"{'copies':>7}{'wall ms':>9}{'op cpu':>8}{'device':>8}{'busy':>6}{'ms*':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    for name, row in rows.items():
+        per = row["per_pass"]
+        lines.append(
+            f"{name:<34}{row['target_passes']:>7}{per['kernel_launches']:>8.0f}{per['graph_launches']:>7.1f}"
+            f"{per['host_syncs']:>7.1f}{per['device_to_host_copies']:>6.1f}{per['host_reads']:>7.1f}"
+            f"{per['copies']:>7.0f}{per['wall_ms']:>9.2f}{per['op_cpu_ms']:>8.2f}{per['device_ms']:>8.2f}"
+            f"{row['device_busy']:>6.0%}{row['decode_ms_per_pass']:>7.2f}"
+        )
+    lines.append("ms*: decode milliseconds per pass of the same run unprofiled; busy: device time / wall")
+    return "\n".join(lines)
+
+
+def top_table(name: str, row: dict) -> str:
+    lines = [f"{name}: top ops by self CPU time, per target pass"]
+    lines += [
+        f"  {op['op'][:58]:<58}{op['calls_per_pass']:>8.1f} calls{op['self_cpu_ms_per_pass']:>9.3f} ms"
+        f"{op['device_ms_per_pass']:>9.3f} ms on device"
+        for op in row["top_ops"]
+    ]
+    return "\n".join(lines)
+
+
+def run_and_report(options: ProfileOptions, out_dir: Path, command: str) -> dict:
+    """Profile every configuration, print the tables, write profile.json and the traces to out_dir."""
+    started = time.perf_counter()
+    bench = Bench(
+        BenchOptions(
+            size=options.size, quick=True, alphas=(options.alpha,), num_draft_tokens=options.num_draft_tokens,
+            max_new_tokens=options.max_new_tokens, seed=options.seed, cache_dir=options.cache_dir,
+            device=options.device, dtype=options.dtype,
+        )
+    )  # fmt: skip
+    (clip,) = bench.clips()[:1]
+    tokens = options.max_new_tokens
+    alone = bench.run(Config("specdec target-only", "specdec"), clip, tokens)
+    bench.make_plans(clip, alone.result, options.seed)  # the target's own tokens, to plant agreement on
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, outputs = {}, {}
+    for index, config in enumerate(configs(bench, options)):
+        trace = out_dir / f"trace-{index}-{_slug(config.name)}.json.gz"
+        rows[config.name], outputs[config.name] = profile_run(bench, config, clip, tokens, trace, options.top)
+    for name, row in rows.items():
+        row["identical"] = outputs[name] == outputs["generate()"]
+    print(table(rows))
+    for name, row in rows.items():
+        print()
+        print(top_table(name, row))
+    report = {
+        **report_header(command, options),
+        "clip": clip.name,
+        "rows": rows,
+        "identical": all(row["identical"] for row in rows.values()),
+        "wall_seconds": time.perf_counter() - started,
+    }
+    write_json(report, out_dir / "profile.json")
+    print(f"\nwrote {out_dir / 'profile.json'} and {len(rows)} traces ({report['wall_seconds']:.0f} s)")
+    return report
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.replace("α=", "a")).strip("-").lower()
