@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +279,28 @@ def test_the_key_and_the_intent_are_checked_before_a_session_opens(server):
     with connect(url, subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
         assert ws.subprotocol == "realtime"
         assert json.loads(ws.recv(timeout=WAIT))["type"] == "session.created"
+
+
+def test_sessions_past_the_line_s_bound_are_refused(store, serve_app):
+    with serve_app(store, 2, api_key=KEY) as url:  # a line of 2 jobs: 2 sessions at most
+        server = url.replace("http://", "ws://")
+        with session(server) as first, session(server) as second:
+            receive(first, "session.created")
+            receive(second, "session.created")
+            with pytest.raises(InvalidStatus) as refused:
+                session(server)
+        assert refused.value.response.status_code == 429
+        assert refused.value.response.headers["Retry-After"]
+        assert json.loads(refused.value.response.body)["error"]["code"] == "session_limit"
+        for _ in range(100):  # until the server has seen both leave (never a time asserted)
+            try:
+                with session(server) as again:
+                    assert json.loads(again.recv(timeout=WAIT))["type"] == "session.created"
+                break
+            except InvalidStatus:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the sessions that left still count")
 
 
 def openai_client(server: str) -> openai.OpenAI:
