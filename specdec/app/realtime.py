@@ -17,11 +17,8 @@ OpenAI's browser clients send). See docs/openai-api.md.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import json
-import logging
 import secrets
 import tempfile
 from pathlib import Path
@@ -35,17 +32,17 @@ from starlette.routing import BaseRoute
 from starlette.websockets import WebSocketDisconnect
 
 from specdec.app import openai_schema
-from specdec.app.jobs import API, MODEL_THREAD, Caller, Jobs, QueueFull
+from specdec.app.jobs import API, MODEL_THREAD, Caller, Jobs
 from specdec.app.openai_schema import ApiError, Asked, model_ids
+from specdec.app.realtime_events import audio_bytes, client_event, error_object, unknown_event, user_item
 from specdec.app.realtime_settings import BETA, GA, INPUT_RATE, Settings, param, reported, updated
 from specdec.app.realtime_turns import InputBuffer, SpeechStarted, Turn
-from specdec.app.store import ModelStore, UserError, without_paths
+from specdec.app.store import ModelStore
 
 INTENT = "transcription"
 KEY_PROTOCOL = "openai-insecure-api-key."  # a browser's key, as OpenAI's browser clients send it
 BETA_PROTOCOL = "openai-beta.realtime-v1"  # a browser's OpenAI-Beta header
 RETRY_AFTER_SECONDS = 10
-logger = logging.getLogger("specdec.app")
 
 
 def routes(store: ModelStore, jobs: Jobs, api_key: str | None = None) -> list[BaseRoute]:
@@ -143,13 +140,13 @@ class Session:
                     break
                 event_id = None
                 try:
-                    event = _event_of(message)
+                    event = client_event(message)
                     event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
                     if event["type"] not in handlers:
-                        raise _unknown(event["type"], handlers)
+                        raise unknown_event(event["type"], handlers)
                     await handlers[event["type"]](event)
                 except Exception as error:
-                    await self.send_error(_api_error(error), event_id)
+                    await self.send_error(error, event_id)
         except WebSocketDisconnect:
             pass
         finally:
@@ -169,7 +166,7 @@ class Session:
         await self.send(answer, session=reported(settings, kind, self.id))
 
     async def append(self, event: dict) -> None:
-        pcm = _pcm(event.get("audio"))
+        pcm = audio_bytes(event.get("audio"))
         if self.buffer.listening:  # Silero runs where all torch work runs (see app.jobs)
             loop = asyncio.get_running_loop()
             heard = await loop.run_in_executor(MODEL_THREAD, self.buffer.append, pcm)
@@ -206,7 +203,7 @@ class Session:
         self.items.append(item_id)
         await self.send("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous)
         added = "conversation.item.created" if self.beta else "conversation.item.added"
-        await self.send(added, previous_item_id=previous, item=_item(item_id, None))
+        await self.send(added, previous_item_id=previous, item=user_item(item_id, None))
         decoding = asyncio.create_task(self._transcribe(turn, item_id, previous))
         self.decodings.add(decoding)
         decoding.add_done_callback(self.decodings.discard)
@@ -222,42 +219,43 @@ class Session:
         asked = dataclasses.replace(self.asked, request=request, on_text=told)
         work = asyncio.ensure_future(self.jobs.batched(self.caller, openai_schema.submit, self.store, asked))
         try:
-            while True:
-                waiting = asyncio.ensure_future(deltas.get())
-                try:
-                    await asyncio.wait([work, waiting], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiting.cancel()
-                if waiting.done() and not waiting.cancelled():
-                    await self._delta(item_id, waiting.result())
-                    continue
-                while not deltas.empty():  # what the decoding settled last is queued before its answer
-                    await self._delta(item_id, deltas.get_nowait())
-                break
+            await self._relay(item_id, work, deltas)
             if work.exception() is not None:
-                error = _api_error(work.exception())
-                kind = {
-                    "type": error.kind,
-                    "code": error.code,
-                    "message": error.message,
-                    "param": error.param,
-                }
                 failed = "conversation.item.input_audio_transcription.failed"
-                await self.send(failed, item_id=item_id, content_index=0, error=kind)
+                await self.send(
+                    failed,
+                    item_id=item_id,
+                    content_index=0,
+                    error=error_object(work.exception()),
+                )
                 return
             answer = work.result()
             text, usage = answer.speculative.text, {"type": "duration", "seconds": round(answer.seconds, 3)}
             completed = "conversation.item.input_audio_transcription.completed"
             await self.send(completed, item_id=item_id, content_index=0, transcript=text, usage=usage)
             if not self.beta:
-                await self.send(
-                    "conversation.item.done", previous_item_id=previous, item=_item(item_id, text)
-                )
+                done = user_item(item_id, text)
+                await self.send("conversation.item.done", previous_item_id=previous, item=done)
         finally:
             if not work.done():  # the session ended: its decoding leaves the batch at the next pass
                 work.cancel()
                 await asyncio.wait([work])
             path.unlink(missing_ok=True)
+
+    async def _relay(self, item_id: str, work: asyncio.Future, deltas: asyncio.Queue) -> None:
+        """Send each piece of text the decoding settles as a delta, until it is done."""
+        while True:
+            waiting = asyncio.ensure_future(deltas.get())
+            try:
+                await asyncio.wait([work, waiting], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()  # (a piece it had not taken yet stays in the queue)
+            if waiting.done() and not waiting.cancelled():
+                await self._delta(item_id, waiting.result())
+                continue
+            while not deltas.empty():  # what the decoding settled last is queued before its answer
+                await self._delta(item_id, deltas.get_nowait())
+            return
 
     async def _delta(self, item_id: str, text: str) -> None:
         await self.send(
@@ -298,70 +296,10 @@ class Session:
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.closed = True
 
-    async def send_error(self, error: ApiError, event_id: str | None) -> None:
+    async def send_error(self, error: BaseException, event_id: str | None) -> None:
         """OpenAI's error event: the type, code, message and param, and the client's event_id at fault."""
-        kind = {"type": error.kind, "code": error.code, "message": error.message, "param": error.param}
-        await self.send("error", error={**kind, "event_id": event_id})
-
-
-def _event_of(message: dict) -> dict:
-    """A client's message as its event: a JSON object with a string `type`."""
-    if message.get("text") is None:
-        raise ApiError(
-            400, "Send each event as a JSON text message, not a binary one.", None, "invalid_value"
-        )
-    try:
-        event = json.loads(message["text"])
-    except json.JSONDecodeError as error:
-        raise ApiError(400, f"The message is not valid JSON ({error.msg}).", None, "invalid_json") from None
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise ApiError(400, "An event is a JSON object with a string 'type'.", "type", "invalid_value")
-    return event
-
-
-def _unknown(kind: str, handlers: dict) -> ApiError:
-    known = ", ".join(f"'{name}'" for name in handlers)
-    message = f"Invalid value: '{kind[:100]}'. A transcription session takes: {known}."
-    return ApiError(400, message, "type", "invalid_value")
-
-
-def _pcm(audio: object) -> bytes:
-    """The appended audio's bytes: base64 of 16-bit samples (an ApiError naming `audio` otherwise)."""
-    if not isinstance(audio, str):
-        raise ApiError(
-            400, "audio must be a base64 string of 16-bit PCM at 24 kHz.", "audio", "invalid_value"
-        )
-    try:
-        pcm = base64.b64decode(audio, validate=True)
-    except (binascii.Error, ValueError):
-        message = "audio is not valid base64: send 16-bit PCM at 24 kHz, base64-encoded."
-        raise ApiError(400, message, "audio", "invalid_value") from None
-    if len(pcm) % 2:
-        message = f"audio holds {len(pcm)} bytes: 16-bit samples come in whole pairs of bytes."
-        raise ApiError(400, message, "audio", "invalid_value")
-    return pcm
-
-
-def _item(item_id: str, transcript: str | None) -> dict:
-    """The user message item a committed turn is (its audio is not repeated)."""
-    content = [{"type": "input_audio", "transcript": transcript}]
-    status = "completed" if transcript is not None else "in_progress"
-    return {"id": item_id, "object": "realtime.item", "type": "message", "status": status, "role": "user",
-            "content": content}  # fmt: skip
+        await self.send("error", error={**error_object(error), "event_id": event_id})
 
 
 def _write_wav(path: Path, turn: Turn) -> None:
     sf.write(str(path), np.frombuffer(turn.pcm, dtype="<i2"), INPUT_RATE, subtype="PCM_16")
-
-
-def _api_error(error: BaseException) -> ApiError:
-    """The error object for a client event or a turn that failed: a user's mistake as /v1 says it, a bug
-    logged with its traceback."""
-    if isinstance(error, ApiError):
-        return error
-    if isinstance(error, QueueFull):
-        return ApiError(429, str(error), None, "queue_full", "rate_limit_error")
-    if isinstance(error, UserError):
-        return ApiError(400, without_paths(str(error)))
-    logger.error("a realtime transcription session failed", exc_info=error)
-    return ApiError(500, "The server had an error while processing the event.", kind="server_error")
