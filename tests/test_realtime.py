@@ -22,6 +22,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from specdec.app import store as stores
 from specdec.app.jobs import MODEL_THREAD
+from specdec.app.openai_schema import ApiError
+from specdec.app.realtime_settings import TurnDetection
+from specdec.app.realtime_turns import InputBuffer, SpeechStopped
 
 ASSETS = Path(__file__).parent.parent / "assets"
 RATE = 24_000  # OpenAI's PCM rate
@@ -356,3 +359,22 @@ def test_the_official_clients_beta_transcription_session(server, store):
     assert kinds[:2] == ["transcription_session.created", "transcription_session.updated"]
     assert kinds[-1] == COMPLETED
     assert transcript == expected(store, pcm)
+
+
+def test_a_turn_is_cut_at_the_longest_clip_and_a_buffer_without_vad_stops_there():
+    speech = pcm24("en-fellow-americans.wav").tobytes()  # 6.9 s, its pauses under 0.2 s
+    heard = InputBuffer(TurnDetection(), max_seconds=2.0).append(speech)
+    turns = [change.turn for change in heard if isinstance(change, SpeechStopped)]
+    assert len(turns) >= 3
+    assert all(turn.end - turn.start <= 2 * RATE for turn in turns)
+    assert all(later.start >= earlier.end for earlier, later in zip(turns, turns[1:], strict=False))
+    manual = InputBuffer(None, max_seconds=2.0)
+    manual.append(bytes(4 * RATE))  # 2 s of 16-bit samples
+    with pytest.raises(ApiError) as full:
+        manual.append(bytes(2))
+    assert (full.value.param, full.value.code) == ("audio", "input_audio_buffer_full")
+    turn = manual.commit()
+    assert (turn.start, turn.end) == (0, 2 * RATE)
+    with pytest.raises(ApiError) as empty:
+        manual.commit()
+    assert empty.value.code == "input_audio_buffer_commit_empty"

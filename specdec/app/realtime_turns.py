@@ -5,8 +5,9 @@ streaming soxr resampler) by the project's `vad.SpeechDetector`, OpenAI's settin
 `threshold` on (and, Silero's hysteresis, it goes on until the probability falls below threshold - 0.15);
 `silence_duration_ms` of that ends the turn; the turn starts `prefix_padding_ms` before the first window of
 speech (never before the previous turn's end) and ends where the pause did, the pause included, as
-OpenAI's `audio_end_ms` does. Between turns only the last `prefix_padding_ms` are kept. A turn that
-reaches the server's longest clip is cut there, and the next one starts where it ends.
+OpenAI's `audio_end_ms` does. Between turns only the last `prefix_padding_ms` are kept. A turn is cut
+before it would pass the server's longest clip (which /v1's reader refuses), and the next one starts
+where it ends.
 
 Without it, the buffer grows until the client commits it (at most the server's longest clip). Turn
 boundaries are whole milliseconds of the session's audio when the client sends whole milliseconds.
@@ -137,8 +138,8 @@ class InputBuffer:
             padding = self.turn_detection.prefix_padding_ms * PER_MS
             self.turn_start = max(self.start, start - padding)
             return [SpeechStarted(self.turn_start // PER_MS)]
-        if activity.ongoing and self.heard - self.turn_start < self.max_samples:
-            return []
+        if activity.ongoing and self.heard + PIECE - self.turn_start <= self.max_samples:
+            return []  # (cut before the next piece would take the turn past the longest clip /v1 reads)
         turn = self._take(self.turn_start, self.heard)
         self.turn_start = None
         return [SpeechStopped(turn)]
