@@ -236,6 +236,11 @@ def test_bad_events_get_error_events_and_the_sessions_go_on(server, store):
             "model_not_found",
         ),
         (
+            {"type": "session.update", "session": current(transcription={"prompt": "word " * 20_000})},
+            "session.audio.input.transcription.prompt",
+            None,
+        ),
+        (
             {
                 "type": "transcription_session.update",
                 "session": {"input_audio_transcription": {"language": "xx"}},

@@ -18,6 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from specdec.app.openai_api import MAX_FIELD_BYTES
 from specdec.app.openai_schema import ApiError
 
 GA, BETA = "session.update", "transcription_session.update"  # the two update events, each its shape
@@ -119,6 +120,9 @@ def _transcription(settings: Settings, value: object, path: str) -> Settings:
     for field in ("model", "prompt"):
         if field in given:
             changes[field] = _text(given[field], f"{path}.{field}")
+    if len(str(changes.get("prompt", "")).encode()) > MAX_FIELD_BYTES:  # /v1's bound on a form field
+        message = f"{path}.prompt is over the limit of {MAX_FIELD_BYTES // 1024} KB."
+        raise ApiError(400, message, f"{path}.prompt")
     if "language" in given:
         changes["language"] = _text(given["language"], f"{path}.language") or None
     if "fallback" in given:
