@@ -82,7 +82,7 @@ import numpy as np
 import soundfile as sf
 from starlette.middleware import Middleware
 
-from specdec.app import compare, downloads, live, openai_api, views, word_view
+from specdec.app import compare, downloads, live, openai_api, realtime, views, word_view
 from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
 from specdec.app.jobs import MODEL_THREAD, PAGE, Caller, Jobs
@@ -768,11 +768,12 @@ def page_login(api_key: str) -> Callable[[str, str], bool]:
 
 
 def api_routes(api_key: str | None) -> list:
-    """The OpenAI-compatible /v1 routes on the served store and its jobs; none on ZeroGPU, where a GPU is
-    held only inside the page's own tasks."""
+    """The OpenAI-compatible /v1 routes on the served store and its jobs (the realtime websocket among
+    them); none on ZeroGPU, where a GPU is held only inside the page's own tasks."""
     if ON_ZERO_GPU:
         return []
-    return openai_api.routes(STORES["served"], JOBS["served"], MAX_FILE_SIZE, api_key)
+    store, jobs = STORES["served"], JOBS["served"]
+    return openai_api.routes(store, jobs, MAX_FILE_SIZE, api_key) + realtime.routes(store, jobs, api_key)
 
 
 if __name__ == "__main__":
