@@ -26,10 +26,8 @@ import sys
 
 # Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores; timings are
 # taken on shared machines. cpu, e2e, stream and serve measure what a user meets: one process, the default
-# waiting (as `specdec transcribe` and the app run; on 2026-11-26, two processes of each kind in turn,
-# passive waiting made the target alone decode the cpu benchmark's four clips in 1.97-2.17 s against
-# 1.41-1.44 s, the self-draft at k=9 in 1.08-1.15 s against 0.70-0.71 s). Read when torch loads: set
-# before anything imports it.
+# waiting, as `specdec transcribe` and the app run (passive waiting slows one process: docs/benchmarks.md).
+# Read when torch loads: set before anything imports it.
 if sys.argv[1:2] not in (["cpu"], ["e2e"], ["stream"], ["serve"], ["app"]):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -34,7 +34,7 @@ from specdec.whisper.features import PairFeatures
 from specdec.whisper.models import DraftKind, ModelPair
 
 LANGUAGE = "en"  # forced: no language-detection pass in any timing
-GOALS = {8: 1.5, 16: 1.2}  # batch size -> speedup over the batched target alone (issue 5)
+GOALS = {8: 1.5, 16: 1.2}  # batch size -> speedup over the batched target alone
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,7 @@ import sys
 
 # Busy-waiting OpenMP threads slow torch 30-50x when several torch processes share the cores, as the
 # corpus command's Ray actors do: there threads wait passively. A single process is faster with the
-# runtime's default (measured on the bundled pair, 2 cores, four English clips, 2026-11-26: passive
-# waiting made the target alone's decode 1.97-2.17 s against 1.41-1.44 s, the self-draft's 1.08-1.15 s
-# against 0.70-0.71 s: every small operator wakes the threads; docs/benchmarks.md).
+# runtime's default: every small operator would wake the threads (figures: docs/benchmarks.md).
 # Read by the OpenMP runtime when torch loads, so it is set before anything imports torch.
 if sys.argv[1:2] == ["corpus"]:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -6,10 +6,8 @@ of the weight decides how close to the machine's bandwidth a product runs. PyTor
 output projection at a fraction of the bandwidth, and 2-10 tokens at once cost about as many one-token
 products. A PackedLinear multiplies with its weight reordered once into oneDNN's blocked layout
 (`torch.ops.mkldnn._reorder_linear_weight`): k+1 tokens cost ~1.1-2x one token instead of k+1 times,
-and one token is fastest there too (whisper-base's 51865 x 512 output projection, one token, on the
-development machine: 1.9 ms packed, 3.5 ms on the weight transposed to (in, out), 6.5 ms stock; its
-whole decoder step 12.4 -> 7.8 ms against the transposed layout the one-token path used before).
-See docs/benchmarks.md for the measurements.
+and one token is fastest there too (whisper-base's output projection and its whole decoder step:
+docs/benchmarks.md has the measurements).
 
 This changes the model, so it is explicit and reversible: `pack(model)` makes the decoder's `nn.Linear`
 layers (and the output projection) `PackedLinear`, a subclass that keeps its parameters (state dicts,
