@@ -29,6 +29,7 @@ from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
 from specdec.engine.cancel import Cancelled
 from specdec.options import MIN_TEMPERATURE, DecodeOptions, TranscribeOptions
 from specdec.scheduler import Scheduler
+from specdec.trace import DRAFT_MODEL
 from specdec.whisper.logits import LogitsPipeline
 
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -77,6 +78,38 @@ def test_concurrent_requests_share_passes_and_decode_as_alone(shared_pair):
     assert shared > 10, "the requests shared target passes"
     assert len(results[-1].result.windows) > 1 and results[-1].segments, "the long file, window by window"
     assert scheduler.decoding == 0 and scheduler.waiting == 0
+
+
+def test_a_fixed_draft_length_is_honoured_in_the_shared_batch(shared_pair):
+    """Requests asking for a fixed k (the page's "Draft length: fixed", /v1's) draft exactly that k at every
+    step they draft, sharing passes with an adaptive one; each output still its own alone."""
+    fixed = DecodeOptions(max_new_tokens=24, num_draft_tokens=3, adaptive=False, draft_confidence=0.0)
+    requests = [("en-weather", fixed), ("bursts-9s", fixed), ("de-bahnhof", GREEDY)]
+    scheduler = Scheduler(shared_pair)
+    futures = [scheduler.submit(waveform(name), options, name) for name, options in requests]
+    results = [future.result(120) for future in futures]
+    for (name, options), result in zip(requests, results, strict=True):
+        assert result.token_ids == alone(shared_pair, name, options, True)
+    drafted = [
+        (len(step.drafted), step.index)
+        for result in results[:2]
+        for step, tokens_left in _drafting_steps(result.result)
+        if tokens_left > 3  # room for the whole k (the budget caps the last steps)
+    ]
+    assert drafted and {length for length, _ in drafted} == {3}
+    assert sum(one.rows > 1 for one in results[0].result.passes) > 0  # they shared passes
+
+
+EOS = 50257  # the demo target's end-of-text (multilingual Whisper's)
+
+
+def _drafting_steps(result):
+    """A decoding's steps that drafted from the model, each with the tokens its window had left."""
+    generated = 0
+    for step in result.steps:
+        if step.drafted and step.source == DRAFT_MODEL and EOS not in step.drafted:  # (drafting ends at eos)
+            yield step, 24 - generated
+        generated += step.n_accepted + 1
 
 
 def test_a_cancelled_request_leaves_and_a_bad_one_fails_alone(shared_pair):

@@ -103,7 +103,8 @@ class FixedDraftLength:
 
 
 class AdaptiveDraftLength:
-    """Per row: k within [min_draft_tokens, max_draft_tokens], and pauses after repeated failure."""
+    """Per row: k within [min_draft_tokens, max_draft_tokens], and pauses after repeated failure; a row
+    whose options ask for a fixed k (adaptive=False) keeps it."""
 
     def __init__(self) -> None:
         self.options: list[DecodeOptions] = []  # each row's
@@ -125,9 +126,9 @@ class AdaptiveDraftLength:
         if self.paused[b]:
             self.paused[b] -= 1  # this was a target-only pass
             return
-        if not used:
-            return
         current, options = self.lengths[b], self.options[b]
+        if not used or not options.adaptive:
+            return
         if n_accepted == used and used == current:
             self.lengths[b] = min(current + 1, options.max_draft_tokens)
         elif n_accepted < used:
@@ -253,7 +254,7 @@ class LoadAwareDraftLength:
     """Drafting by load (a shared batch of requests): each row's adaptive k (`AdaptiveDraftLength`, as it
     drafts alone), capped, while more than one row decodes, at the k the batch's measured costs find best
     (`CostAwareDraftLength`): as the batch fills and its verify pass turns compute-bound, rows draft
-    fewer tokens, or none."""
+    fewer tokens, or none. A row whose options fix k (adaptive=False) drafts that k, as it asked."""
 
     def __init__(self, options: DecodeOptions | None = None) -> None:
         """options: the cost-aware cap's exploration k and largest k (default: DecodeOptions' defaults)."""
@@ -265,7 +266,10 @@ class LoadAwareDraftLength:
         lengths = self.adaptive.choose(rows, pending)
         if len(rows) > 1:
             caps = self.cost_aware.choose(rows, pending)
-            lengths = [min(k, cap) for k, cap in zip(lengths, caps, strict=True)]
+            lengths = [
+                min(k, cap) if row.options.adaptive else k
+                for k, cap, row in zip(lengths, caps, rows, strict=True)
+            ]
         return lengths
 
     def observe(self, facts: StepFacts) -> None:
