@@ -115,8 +115,8 @@ def test_one_read_gives_each_tensor_its_exact_values() -> None:
     half = torch.tensor(
         [0.3], dtype=torch.float16
     )  # promoted to float32 with the ids, not the ids to float16
-    (read_ids, read_probs), (read_half, empty) = read([(ids, probs), (half, ids[:0])])
-    assert read_ids == ids.tolist() and read_probs == probs.tolist()
+    (read_ids, read_probs), (read_half, empty, count) = read([(ids, probs), (half, ids[:0], ids[1:].sum())])
+    assert read_ids == ids.tolist() and read_probs == probs.tolist() and count == [50257]
     assert read_half == half.float().tolist() and empty == []
     assert read([]) == [] and read([()]) == [[]]
 

@@ -9,9 +9,10 @@ every row in one copy (`read`). A plain copy of host numbers to a GPU waits for 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from functools import reduce
-from itertools import islice
+from itertools import accumulate, islice
 
 import torch
 
@@ -19,16 +20,27 @@ import torch
 def read(groups: Sequence[Sequence[torch.Tensor]]) -> list[list[list[float]]]:
     """Each tensor's values, flattened, as Python numbers, group by group, from one copy to the host.
 
-    The tensors are concatenated in their promoted dtype (at least float32 when any is a float): token ids
-    (below 2**24) and every float32 or float64 value come back exactly."""
-    pieces = [value.reshape(-1) for group in groups for value in group]
-    if not pieces:
-        return [[] for _ in groups]
-    dtype = reduce(torch.promote_types, [piece.dtype for piece in pieces])
+    The tensors are concatenated dtype by dtype (a concatenation of mixed dtypes copies them one by one),
+    then in their promoted dtype, at least float32 when any is a float: token ids (below 2**24) and every
+    float32 or float64 value come back exactly."""
+    tensors = [value if value.dim() == 1 else value.reshape(-1) for group in groups for value in group]
+    by_dtype: dict[torch.dtype, list[int]] = defaultdict(list)  # which tensors, in order
+    for index, tensor in enumerate(tensors):
+        if tensor.numel():
+            by_dtype[tensor.dtype].append(index)
+    if not by_dtype:
+        return [[[] for _ in group] for group in groups]
+    dtype = reduce(torch.promote_types, by_dtype)
     if dtype in (torch.float16, torch.bfloat16):  # a token id above 2048 (256) has no exact value in them
-        pieces = [piece.float() for piece in pieces]
-    flat = iter(torch.cat(pieces).tolist())
-    return [[list(islice(flat, value.numel())) for value in group] for group in groups]
+        dtype = torch.float32
+    parts = [torch.cat([tensors[i] for i in indices]).to(dtype) for indices in by_dtype.values()]
+    flat = iter(torch.cat(parts).tolist())
+    values: list[list[float]] = [[] for _ in tensors]
+    for indices in by_dtype.values():
+        for index in indices:
+            values[index] = list(islice(flat, tensors[index].numel()))
+    ends = list(accumulate(len(group) for group in groups))
+    return [values[end - len(group) : end] for group, end in zip(groups, ends, strict=True)]
 
 
 def send(ids: Sequence[int], device: torch.device) -> torch.Tensor:
