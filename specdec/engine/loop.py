@@ -165,18 +165,19 @@ def verify(row: Row, proposal: Proposal, logits: torch.Tensor, fed: int) -> Chec
         tokens, n_accepted = greedy_check(draft_tokens, scores)
         n_accepted, target_probs = n_accepted[None], torch.softmax(scores.float(), dim=-1)
     draft_probs, rule = proposal.draft_probs, row.no_speech
+    logprobs = rule.logprobs_of(scores[: len(tokens)], tokens, row.pipeline) if rule is not None else nothing
     return Check(
         verdict,
         n_accepted,
         tokens,
         target_probs=_at(target_probs, tokens),
         draft_probs=_at(draft_probs, tokens[:num_proposed]) if draft_probs is not None else nothing,
-        logprobs=rule.logprobs_of(scores[: len(tokens)], tokens, row.pipeline) if rule else nothing,
-        no_speech_prob=no_speech_prob(row, logits, fed) if rule and not row.steps else nothing,
+        logprobs=logprobs,
+        no_speech_prob=measure_no_speech(row, logits, fed) if rule is not None and not row.steps else nothing,
     )
 
 
-def no_speech_prob(row: Row, logits: torch.Tensor, fed: int) -> torch.Tensor:
+def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> torch.Tensor:
     """On a window's first pass: the target's (never the draft's) no-speech probability, (1,), from its
     logits (len(feed), vocab) at <|startoftranscript|>; the feed began at position `fed`."""
     return row.no_speech.no_speech_prob(logits[row.no_speech.sot_index - fed])
@@ -205,7 +206,9 @@ def accept(row: Row, proposal: Proposal, check: Check, reading: list[list[float]
     """The row's verdict from its check, read: the row gets the kept proposal tokens and the target's own
     token, labelled (and, for the no-speech rule, each one's log-probability under the target)."""
     n_accepted, tokens, target_probs, draft_probs, logprobs, no_speech_prob = reading
-    verdict = check.verdict or Verdict(int(n_accepted[0]), int(tokens[int(n_accepted[0])]))
+    if (verdict := check.verdict) is None:  # greedy: the target's own token after the kept ones
+        n = int(n_accepted[0])
+        verdict = Verdict(n, int(tokens[n]))
     if no_speech_prob:
         row.no_speech_prob = no_speech_prob[0]
     before = len(row.sequence)
