@@ -19,6 +19,7 @@ import torch
 from specdec.engine.acceptance import (
     Verdict,
     greedy_accept,
+    greedy_check,
     relaxed_accept,
     residual_probs,
     speculative_sample,
@@ -80,6 +81,26 @@ def test_greedy_edge_cases() -> None:
     assert greedy_accept(torch.tensor([2, 0]), target_scores) == Verdict(0, 1)  # first rejected
     assert greedy_accept(torch.tensor([1, 2]), target_scores) == Verdict(1, 0)  # correction
     assert greedy_accept(torch.tensor([2, 2]), target_scores) == Verdict(0, 1)  # later match is ignored
+
+
+def test_greedy_check_is_the_python_loop_left_on_the_device() -> None:
+    """The loop reads greedy_check's tensors once a pass: the target's argmax at every position, and the
+    number of leading draft tokens equal to it (the row takes target_choice[:n_accepted + 1])."""
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(300):
+        num_draft_tokens = int(torch.randint(0, 6, (), generator=generator))
+        target_scores = torch.randn(num_draft_tokens + 1, 7, generator=generator)  # (k+1, vocab)
+        n_matching = int(torch.randint(0, num_draft_tokens + 1, (), generator=generator))
+        draft_tokens = torch.randint(0, 7, (num_draft_tokens,), generator=generator)
+        draft_tokens[:n_matching] = target_scores[:n_matching].argmax(dim=-1)
+
+        target_choice, n_accepted = greedy_check(draft_tokens, target_scores)
+
+        scores = target_scores.tolist()
+        expected = reference_greedy(draft_tokens.tolist(), scores)
+        assert target_choice.shape == (num_draft_tokens + 1,) and n_accepted.shape == ()
+        assert (int(n_accepted), int(target_choice[int(n_accepted)])) == expected
+        assert target_choice.tolist() == [max(range(7), key=row.__getitem__) for row in scores]
 
 
 # ---------------------------------------------------------------- residual

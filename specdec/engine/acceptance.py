@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.engine.host import read
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -29,16 +31,29 @@ class Verdict:
     relaxed: tuple[int, ...] = ()  # kept positions that were not the target's own choice (relaxed_accept)
 
 
-def greedy_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> Verdict:
-    """Longest matching prefix under the target's argmax.
+def greedy_check(
+    draft_tokens: torch.Tensor, target_scores: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy acceptance on the device, nothing read: the target's argmax at every position, (k+1,), and
+    n_accepted, (), the length of the draft's prefix that equals it. The row takes target_choice[:n + 1]:
+    the kept draft tokens are the target's own choices there, then a correction or a bonus.
 
     draft_tokens: (num_draft_tokens,) ids; target_scores: (num_draft_tokens + 1, vocab) processed logits.
     """
     target_choice = target_scores.argmax(dim=-1)  # (k+1,)
-    num_draft_tokens = draft_tokens.shape[0]
-    mismatch = (draft_tokens != target_choice[:num_draft_tokens]).nonzero()
-    n_accepted = int(mismatch[0, 0]) if mismatch.numel() else num_draft_tokens
-    return Verdict(n_accepted, int(target_choice[n_accepted]))
+    matches = draft_tokens == target_choice[: draft_tokens.shape[0]]  # (k,)
+    n_accepted = matches.long().cumprod(dim=0).sum()  # leading matches: ones until the first mismatch
+    return target_choice, n_accepted
+
+
+def greedy_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> Verdict:
+    """Longest matching prefix under the target's argmax (`greedy_check`, read on the host).
+
+    draft_tokens: (num_draft_tokens,) ids; target_scores: (num_draft_tokens + 1, vocab) processed logits.
+    """
+    target_choice, n_accepted = read([greedy_check(draft_tokens, target_scores)])[0]
+    n = int(n_accepted[0])
+    return Verdict(n, int(target_choice[n]))
 
 
 def relaxed_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor, threshold: float) -> Verdict:

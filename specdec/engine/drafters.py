@@ -15,6 +15,7 @@ from typing import Protocol
 
 import torch
 
+from specdec.engine import host
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.state import Row
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS, NO_PROPOSAL
@@ -50,12 +51,21 @@ class Drafter(Protocol):
 
 
 def choose_token(
-    scores: torch.Tensor, probs: torch.Tensor, sampling: bool, generator: torch.Generator | None
-) -> int:
-    """Argmax of the processed scores, or a sample from probs; scores, probs: (1, vocab)."""
-    if sampling:
-        return int(torch.multinomial(probs[0], 1, generator=generator))
-    return int(scores[0].argmax())
+    row: Row, drafted: list[int], logits: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The draft's next token for a row after its sequence and what it drafted so far, on the device: the
+    argmax of the processed scores, or a sample from the row's distribution with its own generator.
+
+    logits: (target vocab,). Returns the token (1,), its probability (1,), the distribution (target vocab,).
+    """
+    scores = row.pipeline.scores_at(row.sequence + drafted, [], logits[None])
+    if row.pipeline.sampling:
+        draft_probs = row.pipeline.probs(scores)[0]
+        token = torch.multinomial(draft_probs, 1, generator=row.generator)
+    else:
+        draft_probs = torch.softmax(scores.float(), -1)[0]
+        token = scores[0].argmax(dim=-1, keepdim=True)
+    return token, draft_probs.gather(0, token), draft_probs
 
 
 class DraftModel:
@@ -86,17 +96,15 @@ class DraftModel:
             ]
             logits = self.decoder.feed(feeds)
             last = self.vocabulary.logits_to_target(torch.stack([logits[b][-1] for b in drafting]))
+            chosen = [choose_token(rows[b], tokens[b], last[i]) for i, b in enumerate(drafting)]
+            readings = host.read([(token, prob) for token, prob, _ in chosen])  # this position's one wait
             still_drafting = []
-            for b, row_logits in zip(drafting, last, strict=True):  # row_logits: (target vocab,)
-                row = rows[b]
-                options, sampling = row.options, row.pipeline.sampling
-                scores = row.pipeline.scores_at(row.sequence + tokens[b], [], row_logits[None])
-                draft_probs = row.pipeline.probs(scores) if sampling else torch.softmax(scores.float(), -1)
-                token = choose_token(scores, draft_probs, sampling, row.generator)
+            for b, ((token,), (prob,)), (_, _, draft_probs) in zip(drafting, readings, chosen, strict=True):
+                row, token = rows[b], int(token)
                 tokens[b].append(token)
-                probs[b].append(draft_probs[0])
+                probs[b].append(draft_probs)
                 self.sequences[b].append(self.vocabulary.to_draft([token])[0])
-                unsure = float(draft_probs[0, token]) < options.draft_confidence
+                unsure = prob < row.options.draft_confidence
                 if token != row.pipeline.eos_token_id and not unsure and len(tokens[b]) < num_draft_tokens[b]:
                     still_drafting.append(b)
             drafting = still_drafting
@@ -184,9 +192,9 @@ class PreviousHypothesis:
 
     def _point_masses(self, tokens: list[int], row: Row) -> torch.Tensor:
         """(len(tokens), vocab) one-hot draft distributions, for rejection sampling."""
-        probs = torch.zeros(len(tokens), self.vocabulary_size, device=row.generator.device)
-        probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
-        return probs
+        device = row.generator.device
+        probs = torch.zeros(len(tokens), self.vocabulary_size, device=device)
+        return probs.scatter_(1, host.send(tokens, device)[:, None], 1.0)
 
 
 def continuation(

@@ -3,9 +3,11 @@
 Each step, for every row still decoding:
 
   propose:   the drafter proposes up to each row's draft length (`draft_length`), in target ids ->
-  verify:    one target pass over each row's pending tokens and its proposal (on a window's first pass,
-             the target's no-speech probability at <|startoftranscript|>, when asked for) ->
-  accept:    the acceptance rule keeps a prefix and supplies one token (greedy, or rejection sampling) ->
+  verify:    one target pass over each row's pending tokens and its proposal, and on the device what
+             the host needs of it: a greedy row's acceptance, the probabilities its records hold (on a
+             window's first pass, the target's no-speech probability at <|startoftranscript|>) ->
+  accept:    one read of every row's numbers (`host.read`, the pass's one wait for a GPU); the rule keeps
+             a prefix and supplies one token (greedy, or rejection sampling, drawn row by row) ->
   roll back: each row's target cache to its own length (a draft model's follows at its next proposal) ->
   record:    one Step per row, each naming the one Pass that holds the step's seconds ->
   stop:      rows that reached end-of-text or their budget leave the batch and cost nothing more.
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from specdec.engine import cancel
-from specdec.engine.acceptance import Verdict, greedy_accept, relaxed_accept, speculative_sample
+from specdec.engine import cancel, host
+from specdec.engine.acceptance import Verdict, greedy_check, relaxed_accept, speculative_sample
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.draft_length import DraftLength, StepFacts
 from specdec.engine.drafters import NOTHING, Drafter, Proposal
@@ -86,11 +89,14 @@ class Batch:
             for row, proposal, length in zip(active, proposals, fed, strict=True)
         ]
         logits = target.feed(feeds)  # per row (len(feed), vocab)
-        for row, row_logits, length in zip(active, logits, fed, strict=True):
-            measure_no_speech(row, row_logits, length)
+        checks = [
+            verify(row, proposal, row_logits, length)
+            for row, proposal, row_logits, length in zip(active, proposals, logits, fed, strict=True)
+        ]
+        readings = host.read([check.values() for check in checks])  # the pass's one wait for the device
         verdicts = [
-            verify(row, proposal, row_logits[-(len(proposal.tokens) + 1) :])
-            for row, proposal, row_logits in zip(active, proposals, logits, strict=True)
+            accept(row, proposal, check, reading)
+            for row, proposal, check, reading in zip(active, proposals, checks, readings, strict=True)
         ]
         target.rollback([len(row.sequence) - 1 for row in active])  # the newest token is fed next step
         done = time.perf_counter()
@@ -120,43 +126,103 @@ def propose(drafter: Drafter | None, rows: Sequence[Row], num_draft_tokens: list
     return drafter.propose(rows, num_draft_tokens)
 
 
-def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> None:
-    """On a window's first pass: the target's (never the draft's) no-speech probability, from its logits
-    (len(feed), vocab) at <|startoftranscript|>; the feed began at position `fed`."""
-    rule = row.no_speech
-    if rule is not None and not row.steps:
-        row.no_speech_prob = rule.no_speech_prob(logits[rule.sot_index - fed])
+@dataclass(frozen=True)
+class Check:
+    """One row's verify pass as the device computed it, for the pass's one read (`host.read`).
+
+    tokens[i] is the token the row takes at position i if it keeps i + 1 tokens: for a greedy row the
+    target's argmax (a kept draft token is the argmax there), for a sampled or relaxed row the verdict's
+    tokens, drawn before the read. The other tensors are those tokens' numbers for the records."""
+
+    verdict: Verdict | None  # drawn already (sampling, relaxed); None: greedy, from n_accepted once read
+    n_accepted: torch.Tensor  # (1,) greedy; (0,) when the verdict is drawn
+    tokens: torch.Tensor  # (m,) target ids
+    target_probs: torch.Tensor  # (m,): the target's probability of tokens[i] at position i
+    draft_probs: torch.Tensor  # (min(m, k),): the draft's; (0,) without the draft's distributions
+    logprobs: torch.Tensor  # (m,): for the no-speech rule (generate()'s log-probabilities); (0,) without
+    no_speech_prob: torch.Tensor  # (1,): on a window's first pass under the rule; else (0,)
+
+    def values(self) -> list[torch.Tensor]:
+        return [
+            self.n_accepted, self.tokens, self.target_probs, self.draft_probs, self.logprobs,
+            self.no_speech_prob,
+        ]  # fmt: skip
 
 
-def verify(row: Row, proposal: Proposal, logits: torch.Tensor) -> Verdict:
-    """The acceptance rule on the target's logits (k+1, vocab) after the row's sequence; the row gets the
-    kept proposal tokens and the target's own token, labelled (and, for the no-speech rule, each one's
-    log-probability under the target)."""
-    scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits)
-    draft_tokens = torch.tensor(proposal.tokens, dtype=torch.long, device=scores.device)
+def verify(row: Row, proposal: Proposal, logits: torch.Tensor, fed: int) -> Check:
+    """The acceptance rule on the target's logits (len(feed), vocab) for the row's feed, which began at
+    position `fed` and ends with the proposal; what the row's records need, left on the device."""
+    num_proposed = len(proposal.tokens)
+    scores = row.pipeline.scores_at(row.sequence, proposal.tokens, logits[-(num_proposed + 1) :])
+    draft_tokens = host.send(proposal.tokens, scores.device)
+    nothing = draft_tokens.new_empty(0)
+    verdict = None
+    if row.pipeline.sampling or row.options.acceptance_threshold is not None:
+        verdict, target_probs = draw(row, proposal, draft_tokens, scores)
+        kept = proposal.tokens[: verdict.n_accepted] + [verdict.next_token]
+        tokens, n_accepted = host.send(kept, scores.device), nothing
+    else:  # exact greedy: decided on the device
+        tokens, n_accepted = greedy_check(draft_tokens, scores)
+        n_accepted, target_probs = n_accepted[None], torch.softmax(scores.float(), dim=-1)
+    draft_probs, rule = proposal.draft_probs, row.no_speech
+    logprobs = rule.logprobs_of(scores[: len(tokens)], tokens, row.pipeline) if rule is not None else nothing
+    return Check(
+        verdict,
+        n_accepted,
+        tokens,
+        target_probs=_at(target_probs, tokens),
+        draft_probs=_at(draft_probs, tokens[:num_proposed]) if draft_probs is not None else nothing,
+        logprobs=logprobs,
+        no_speech_prob=measure_no_speech(row, logits, fed) if rule is not None and not row.steps else nothing,
+    )
+
+
+def measure_no_speech(row: Row, logits: torch.Tensor, fed: int) -> torch.Tensor:
+    """On a window's first pass: the target's (never the draft's) no-speech probability, (1,), from its
+    logits (len(feed), vocab) at <|startoftranscript|>; the feed began at position `fed`."""
+    return row.no_speech.no_speech_prob(logits[row.no_speech.sot_index - fed])
+
+
+def draw(
+    row: Row, proposal: Proposal, draft_tokens: torch.Tensor, scores: torch.Tensor
+) -> tuple[Verdict, torch.Tensor]:
+    """A sampled row's verdict (rejection sampling with its own generator, as it draws alone) or a relaxed
+    row's (lossy, opt-in), each read on the host; and the target's probabilities (n, vocab) at its
+    positions, for the records."""
     if row.pipeline.sampling:  # the row's own temperature (a fallback's may differ from the clip's first)
         target_probs = row.pipeline.probs(scores)
         draft_probs = proposal.draft_probs if proposal.draft_probs is not None else target_probs[:0]
-        verdict = speculative_sample(draft_tokens, draft_probs, target_probs, row.generator)
-    else:
-        threshold = row.options.acceptance_threshold  # None: exact; else lossy, opt-in
-        verdict = (
-            greedy_accept(draft_tokens, scores)
-            if threshold is None
-            else relaxed_accept(draft_tokens, scores, threshold)
-        )
-        target_probs = torch.softmax(scores[: verdict.n_accepted + 1].float(), dim=-1)  # the rows recorded
+        return speculative_sample(draft_tokens, draft_probs, target_probs, row.generator), target_probs
+    verdict = relaxed_accept(draft_tokens, scores, row.options.acceptance_threshold)
+    return verdict, torch.softmax(scores[: verdict.n_accepted + 1].float(), dim=-1)  # the rows recorded
+
+
+def _at(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """probs[i, tokens[i]] for each position i: (len(tokens),)."""
+    return probs[: len(tokens)].gather(1, tokens[:, None])[:, 0]
+
+
+def accept(row: Row, proposal: Proposal, check: Check, reading: list[list[float]]) -> Verdict:
+    """The row's verdict from its check, read: the row gets the kept proposal tokens and the target's own
+    token, labelled (and, for the no-speech rule, each one's log-probability under the target)."""
+    n_accepted, tokens, target_probs, draft_probs, logprobs, no_speech_prob = reading
+    if (verdict := check.verdict) is None:  # greedy: the target's own token after the kept ones
+        n = int(n_accepted[0])
+        verdict = Verdict(n, int(tokens[n]))
+    if no_speech_prob:
+        row.no_speech_prob = no_speech_prob[0]
     before = len(row.sequence)
-    accept_tokens(row, proposal, verdict, target_probs)
+    accept_tokens(row, proposal, verdict, target_probs, draft_probs)
     if row.no_speech is not None:
-        new_tokens = row.sequence[before:]
-        kept_scores = scores[: len(new_tokens)]
-        row.token_logprobs += row.no_speech.token_logprobs(kept_scores, new_tokens, row.pipeline)
+        row.token_logprobs += logprobs[: len(row.sequence) - before]
     return verdict
 
 
-def accept_tokens(row: Row, proposal: Proposal, verdict: Verdict, target_probs: torch.Tensor) -> None:
-    """Append the kept proposal tokens and the target's token to the row, labelled; stop at end-of-text."""
+def accept_tokens(
+    row: Row, proposal: Proposal, verdict: Verdict, target_probs: list[float], draft_probs: list[float]
+) -> None:
+    """Append the kept proposal tokens and the target's token to the row, labelled; stop at end-of-text.
+    target_probs[i], draft_probs[i]: the target's and the draft's probability of the token at position i."""
     num_proposed = len(proposal.tokens)
     new_tokens = proposal.tokens[: verdict.n_accepted] + [verdict.next_token]
     last_label = TARGET if not num_proposed else BONUS if verdict.n_accepted == num_proposed else CORRECTED
@@ -174,8 +240,8 @@ def accept_tokens(row: Row, proposal: Proposal, verdict: Verdict, target_probs: 
                 label=label,
                 step=row.next_step,
                 window=row.window,
-                target_prob=float(target_probs[position, token]),
-                draft_prob=float(proposal.draft_probs[position, token]) if has_draft else None,
+                target_prob=target_probs[position],
+                draft_prob=draft_probs[position] if has_draft else None,
                 kept=token != eos,
             )
         )

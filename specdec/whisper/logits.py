@@ -198,20 +198,27 @@ class NoSpeechRule:
         temperature = options.temperatures[0] if temperature is None else temperature
         return cls(config.no_timestamps_token_id - 1, sot_index, no_speech, logprob, temperature)
 
-    def no_speech_prob(self, logits: torch.Tensor) -> float:
-        """logits (vocab,): the target's raw logits at <|startoftranscript|>."""
-        return float(logits.float().softmax(dim=-1)[self.no_speech_token])
+    def no_speech_prob(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits (vocab,): the target's raw logits at <|startoftranscript|>; the probability, (1,) float32,
+        left on the device (the loop reads it with the rest of its pass)."""
+        return logits.float().softmax(dim=-1)[self.no_speech_token : self.no_speech_token + 1]
+
+    def logprobs_of(
+        self, scores: torch.Tensor, tokens: torch.Tensor, pipeline: LogitsPipeline
+    ) -> torch.Tensor:
+        """scores (n, vocab): processed scores at n consecutive positions; tokens (n,): a token at each.
+        Each token's log-probability as generate() counts it, (n,) float32, on the device."""
+        scores = scores.float()
+        if self.temperature > 0:  # generate() returns warped scores and undoes the temperature
+            scores = pipeline.warpers(None, scores) * self.temperature
+        return torch.log_softmax(scores, dim=-1).gather(1, tokens[:, None])[:, 0]
 
     def token_logprobs(
         self, scores: torch.Tensor, tokens: Sequence[int], pipeline: LogitsPipeline
     ) -> list[float]:
-        """scores (n, vocab): processed scores at n consecutive positions; tokens: the n tokens taken there.
-        Each token's log-probability as generate() counts it (float32)."""
-        scores = scores.float()
-        if self.temperature > 0:  # generate() returns warped scores and undoes the temperature
-            scores = pipeline.warpers(None, scores) * self.temperature
-        logprobs = torch.log_softmax(scores, dim=-1)
-        return logprobs[torch.arange(len(tokens)), torch.tensor(tokens, device=logprobs.device)].tolist()
+        """`logprobs_of` the n tokens taken at n consecutive positions, read (float32 values)."""
+        ids = torch.tensor(tokens, dtype=torch.long, device=scores.device)
+        return self.logprobs_of(scores, ids, pipeline).tolist()
 
     def avg_logprob(self, token_logprobs: Sequence[float]) -> float | None:
         """generate()'s average: the float32 log-probabilities summed one by one, over their number (None
