@@ -25,6 +25,7 @@ import torch
 from transformers import WhisperForConditionalGeneration
 
 from specdec.engine import kernels, replay
+from specdec.engine.host import send
 from specdec.engine.step import (
     CAPACITY_STEP,
     CrossKeysValues,
@@ -153,7 +154,7 @@ class CachedDecoder(RowLengths):
         if self.replay is not None:
             self._arrange(rows, len(rows))
         else:
-            index = torch.tensor(rows, dtype=torch.long, device=self.model.device)
+            index = send(rows, self.model.device)
             self.cache.keep(index)
             self.cross = [
                 (keys.index_select(0, index), values.index_select(0, index)) for keys, values in self.cross

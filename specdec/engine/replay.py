@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import WhisperForConditionalGeneration
 
+from specdec.engine.host import send
 from specdec.engine.step import CrossKeysValues, Feed, Layers, SelfAttentionCache, decoder_step
 
 WIDTHS = (1, 2, 4, 8, 16)  # feed widths captured: a draft's one token, a verify pass's k + 1 (wider: eager)
@@ -74,7 +75,7 @@ class Slots:
 
     def copy_rows(self, source: Slots, rows: list[int]) -> None:
         """Rows `rows` of `source` (in that order) into this storage's first slots."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.cross[0][0].device)
+        index = send(rows, self.cross[0][0].device)
         mine = [*self.cache.keys, *self.cache.values, *[tensor for layer in self.cross for tensor in layer]]
         theirs = [
             *source.cache.keys,

@@ -30,6 +30,8 @@ from torch import nn
 from transformers import WhisperForConditionalGeneration
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from specdec.engine.host import send
+
 CrossKeysValues = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (rows, heads, frames, head_dim) x2
 CAPACITY_STEP = 64  # cache positions are allocated in blocks of this many (rows rarely fill the context)
 
@@ -99,10 +101,11 @@ class Feed:
     def of(cls, lengths: list[int], token_ids: list[list[int]], limit: int, device: torch.device) -> Feed:
         """Row b's tokens token_ids[b] after its lengths[b] cached ones; `limit`: the context's length."""
         width = max(max(len(tokens) for tokens in token_ids), 1)
-        positions = torch.tensor(lengths, device=device)[:, None] + torch.arange(width, device=device)
-        padded = [tokens + [0] * (width - len(tokens)) for tokens in token_ids]
+        padded = [token for tokens in token_ids for token in tokens + [0] * (width - len(tokens))]
+        sent = send([*lengths, *padded], device)  # one copy, not waiting for the device
+        starts, input_ids = sent[: len(lengths)], sent[len(lengths) :].view(len(lengths), width)
+        positions = starts[:, None] + torch.arange(width, device=device)
         kv_length = max(length + len(tokens) for length, tokens in zip(lengths, token_ids, strict=True))
-        input_ids = torch.tensor(padded, dtype=torch.long, device=device)
         end_position = min(max(lengths) + width, limit + 1)
         return cls(
             input_ids, positions.clamp(max=limit), positions.clamp(max=limit - 1), kv_length, end_position
