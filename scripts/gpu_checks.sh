@@ -39,7 +39,8 @@ export PYTHONUNBUFFERED=1
 # the engine has one (it runs only on CUDA)
 CUDA_TESTS="tests/test_lossless.py tests/test_batching.py tests/test_longform.py tests/test_step.py
     tests/test_bench.py tests/test_no_speech.py tests/test_reuse.py tests/test_streaming.py
-    tests/test_self_draft.py tests/test_draft_cost.py tests/test_acceptance.py $(ls tests/test_replay*.py 2>/dev/null)"
+    tests/test_self_draft.py tests/test_draft_cost.py tests/test_acceptance.py tests/test_host_reads.py
+    $(ls tests/test_replay*.py 2>/dev/null)"
 if [ "$DEVICE" = cpu ]; then  # the script itself, quickly: the tests run on the CPU in CI anyway
     SIZE=${SIZE:-small} DTYPE=${DTYPE:-float32} WORKERS=${WORKERS:-1} TOKENS=${TOKENS:-24}
     TESTS=${TESTS:-tests/test_step.py tests/test_acceptance.py}
