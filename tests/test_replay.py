@@ -53,13 +53,15 @@ def decode(
     return [list(found.token_ids) for found in whisper.transcribe_waveforms(clips, options)]
 
 
-@pytest.mark.parametrize("batch_size", [1, 4, 8])
-@pytest.mark.parametrize("speculative", [True, False], ids=["speculative", "target-alone"])
+@pytest.mark.parametrize(
+    ("batch_size", "speculative"), [(1, True), (4, True), (8, True), (4, False)],
+    ids=["speculative-1", "speculative-4", "speculative-8", "target-alone-4"],
+)  # fmt: skip
 def test_fixed_shapes_decode_as_generate(separate_pair, batch_size, speculative):
-    """Nine clips (three of each), so that at batch 4 and 8 rows leave and others join: generate()'s
-    tokens, and the slots used more than one bucket."""
+    """Six clips (two of each), so that at batch 4 rows leave and others join, and at batch 8 the slots
+    shrink as rows finish: generate()'s tokens, and the slots used more than one bucket."""
     options = DecodeOptions(language="en", max_new_tokens=24)
-    clips = [CLIPS[name] for name in CLIPS] * 3
+    clips = [CLIPS[name] for name in CLIPS] * 2
     run = TranscribeOptions.of(options, batch_size=batch_size, speculative=speculative)
     with replayed(separate_pair):
         found = decode(separate_pair, clips, run)
@@ -78,7 +80,7 @@ def test_fixed_shapes_with_timestamps_a_prompt_detection_and_long_form(separate_
     tokenizer = separate_pair.pair.target.processor.tokenizer
     prompt = tuple(tokenizer.encode(" weather and travel" * 6, add_special_tokens=False))
     cases = [
-        DecodeOptions(language="en", timestamps=True, max_new_tokens=40),
+        DecodeOptions(language="en", timestamps=True, max_new_tokens=24),
         DecodeOptions(language="de", prompt_ids=prompt, max_new_tokens=16),
         DecodeOptions(max_new_tokens=16),
     ]
@@ -96,9 +98,9 @@ def test_the_real_pair_with_its_lean_self_draft(real_models):
     mask once the cache is read whole): the same tokens on real speech, clip by clip, and the draft's
     proposals as good (its error would change no output, only what it costs)."""
     whisper = SpeculativeWhisper(draft_model="self", final_model=str(real_models["base"]), device=TEST_DEVICE)
-    names = ["en-jfk.flac", "de-bahnhof.wav", "en-weather.wav"]
+    names = ["en-jfk.flac", "de-bahnhof.wav"]
     clips = [load_audio(ASSETS / name) for name in names]
-    run = TranscribeOptions(max_new_tokens=48, batch_size=1)
+    run = TranscribeOptions(max_new_tokens=32, batch_size=1)
     expected = whisper.transcribe_waveforms(clips, run)
     with replayed(whisper):
         found = whisper.transcribe_waveforms(clips, run)
