@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SAMPLE_RATE = 16000  # the reference's rate, Whisper's
 TAIL_SECONDS = 4.0  # silence after the clip: Stop comes within it
+SEARCH_SECONDS = 2.0  # how far from where the chunk before ended a chunk is looked for
 BANDS = [(0, 300), (300, 1000), (1000, 2000), (2000, 4000), (4000, 8000)]  # Hz, for the level per band
 READ_TEXT = """() => [...document.querySelectorAll('#live-text .earlier, #live-text span.tok.committed')]
   .map((e) => e.innerText).join('')"""
@@ -132,15 +133,20 @@ def play(url: str, wav: Path, seconds: float, browser_args: list[str]) -> str:
     return text
 
 
-def chunk_positions(chunks: list[np.ndarray], reference: np.ndarray) -> list[int | None]:
+def best_match(piece: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Normalised cross-correlation of `piece` at every offset in `window` (FFT), and those offsets."""
+    size = 1 << int(np.ceil(np.log2(len(window) + len(piece))))
+    scores = np.fft.irfft(np.fft.rfft(window, size) * np.conj(np.fft.rfft(piece, size)), size)
+    offsets = np.arange(len(window) - len(piece) + 1)
+    energy = np.concatenate([[0.0], np.cumsum(window**2)])
+    norms = np.sqrt(np.maximum(energy[offsets + len(piece)] - energy[offsets], 1e-5)) * np.linalg.norm(piece)
+    return scores[offsets] / norms, offsets
+
+
+def chunk_positions(chunks: list[np.ndarray], reference: np.ndarray, rate: int) -> list[int | None]:
     """Where each chunk starts in the reference played in a loop (same rate; None for a quiet chunk): the
-    best match, where several are as good (a looped clip) the one nearest to where the chunk before ended."""
-    period = len(reference)
-    longest = max(len(chunk) for chunk in chunks)
-    looped = np.concatenate([reference, reference[:longest]]).astype(np.float64)
-    size = 1 << int(np.ceil(np.log2(len(looped) + longest)))
-    spectrum = np.fft.rfft(looped, size)
-    energy = np.concatenate([[0.0], np.cumsum(looped**2)])
+    first found anywhere, each later one within SEARCH_SECONDS of where the chunk before it ended."""
+    period, search = len(reference), round(SEARCH_SECONDS * rate)
     positions: list[int | None] = []
     expected = None
     for chunk in chunks:
@@ -149,15 +155,14 @@ def chunk_positions(chunks: list[np.ndarray], reference: np.ndarray) -> list[int
             positions.append(None)
             expected = None if expected is None else (expected + len(chunk)) % period
             continue
-        scores = np.fft.irfft(spectrum * np.conj(np.fft.rfft(chunk, size)), size)[:period]
-        window = np.sqrt(np.maximum(energy[len(chunk) : period + len(chunk)] - energy[:period], 1e-5))
-        matches = scores / (window * np.linalg.norm(chunk))
-        candidates = np.flatnonzero(matches > 0.9 * matches.max())
         if expected is None:
-            position = int(candidates[0])
+            window_start, window = 0, np.concatenate([reference, reference[: len(chunk)]])
         else:
-            distance = np.abs((candidates - expected + period // 2) % period - period // 2)
-            position = int(candidates[np.argmin(distance)])
+            window_start = expected - search
+            indices = np.arange(window_start, expected + search + len(chunk)) % period
+            window = reference[indices]
+        matches, offsets = best_match(chunk, window.astype(np.float64))
+        position = (window_start + int(offsets[np.argmax(matches)])) % period
         positions.append(position)
         expected = (position + len(chunk)) % period
     return positions
@@ -170,16 +175,48 @@ def band_levels(audio: np.ndarray, rate: int) -> list[float]:
     return [float(10 * np.log10(spectrum[(freqs >= lo) & (freqs < hi)].sum() + 1e-20)) for lo, hi in BANDS]
 
 
+def figures(received: np.ndarray, expected: np.ndarray) -> dict:
+    """Received against expected audio (16 kHz, aligned): correlation, gain, level, SNR, level per band."""
+    received, expected = received.astype(np.float64), expected.astype(np.float64)
+    speech = np.abs(expected) > 1e-3
+    gain = float(received @ expected / (expected @ expected))
+    rms = lambda x: float(np.sqrt(np.mean(x**2)))  # noqa: E731
+    bands = zip(BANDS, band_levels(received, SAMPLE_RATE), band_levels(expected, SAMPLE_RATE), strict=True)
+    return {
+        "seconds": round(len(received) / SAMPLE_RATE, 2),
+        "correlation": round(float(np.corrcoef(received, expected)[0, 1]), 5),
+        "best_gain_db": round(20 * np.log10(abs(gain)), 2),
+        "level_db": round(20 * np.log10(rms(received[speech]) / rms(expected[speech])), 2),
+        "snr_db": round(20 * np.log10(rms(gain * expected) / rms(received - gain * expected)), 2),
+        "band_level_db": {f"{lo}-{hi} Hz": round(r - f, 2) for (lo, hi), r, f in bands},
+    }
+
+
+def aligned(received: np.ndarray, reference: np.ndarray, near: int | None = None) -> np.ndarray:
+    """The stretch of `reference` (looped, as the fake microphone plays it) that lines up best with `received`
+    as a whole (within 8 samples of `near`, where given)."""
+    looped = np.tile(reference, 3 + len(received) // len(reference))[: 2 * len(reference) + len(received)]
+    if near is None:
+        size = 1 << int(np.ceil(np.log2(len(looped) + len(received))))
+        scores = np.fft.irfft(np.fft.rfft(looped, size) * np.conj(np.fft.rfft(received, size)), size)
+        start = int(np.argmax(scores[: len(reference)]))
+    else:
+        near = near % len(reference) + len(reference)
+        start = max(range(near - 8, near + 9), key=lambda s: received @ looped[s : s + len(received)])
+    return looped[start : start + len(received)]
+
+
 def compare(chunks: list[np.ndarray], rate: int, reference: np.ndarray) -> dict:
-    """The received chunks (mono, at their own rate) against the reference (16 kHz, resampled to that rate):
-    where one does not start where the one before ended (audio lost, repeated or swapped), and over the
-    longest stretch without such a jump the correlation, level, SNR after the best gain and level per band."""
-    sixteen_khz = reference
-    reference = soxr.resample(reference, SAMPLE_RATE, rate, "VHQ") if rate != SAMPLE_RATE else reference
-    period = len(reference)
-    positions = chunk_positions(chunks, reference)
-    jumps, stretches, first, offset = [], [], 0, 0  # stretches: (first, last) chunk indices
-    expected = None
+    """The received chunks (mono, at their own rate) against the reference (16 kHz): the figures of all of
+    it at one alignment (from 0.2 s on: Gradio's page drops the chunks that come while the stream opens);
+    where a chunk does not start where the one before ended (audio lost, repeated or swapped: reliable on
+    the raw signal only); the figures of the longest stretch without such a jump."""
+    received = soxr.resample(np.concatenate(chunks), rate, SAMPLE_RATE, "HQ")[SAMPLE_RATE // 5 :]
+    report = {"whole": figures(received, aligned(received, reference))}
+    at_rate = soxr.resample(reference, SAMPLE_RATE, rate, "VHQ") if rate != SAMPLE_RATE else reference
+    period = len(at_rate)
+    positions = chunk_positions(chunks, at_rate, rate)
+    jumps, stretches, first, offset, expected = [], [], 0, 0, None  # stretches: (first, last) chunk
     for index, (chunk, position) in enumerate(zip(chunks, positions, strict=True)):
         if position is not None and expected is not None:
             jump = (position - expected + period // 2) % period - period // 2
@@ -193,41 +230,24 @@ def compare(chunks: list[np.ndarray], rate: int, reference: np.ndarray) -> dict:
             expected += len(chunk)
         offset += len(chunk)
     stretches.append((first, len(chunks) - 1))
-    start, last = max(stretches, key=lambda stretch: sum(len(c) for c in chunks[stretch[0] : stretch[1] + 1]))
-    received = np.concatenate(chunks[start : last + 1]).astype(np.float64)
+
+    def heard(stretch: tuple[int, int]) -> int:  # samples of its chunks that are not quiet
+        return sum(len(chunks[i]) for i in range(stretch[0], stretch[1] + 1) if positions[i] is not None)
+
+    start, last = max(stretches, key=heard)
     ends = np.cumsum([0] + [len(chunk) for chunk in chunks[start:last]])
     placed = zip(positions[start : last + 1], ends, strict=True)
     begins = [position - end for position, end in placed if position is not None]
     base = begins[0]  # the stretch's start in the reference: the median over its chunks (one may be off)
     begin = base + int(np.median([(b - base + period // 2) % period - period // 2 for b in begins]))
-    # at 16 kHz, where the reference was made: the stretch's start refined to the sample
-    received = soxr.resample(received, rate, SAMPLE_RATE, "HQ")
-    looped = np.tile(sixteen_khz, 3 + len(received) // len(sixteen_khz))
-    guess = round(begin * SAMPLE_RATE / rate) % len(sixteen_khz) + len(sixteen_khz)
-    middle = slice(len(received) // 4, len(received) * 3 // 4)  # clear of the resampler's edges
-    shift = max(range(-8, 9), key=lambda s: received[middle] @ looped[guess + s :][middle])
-    expected_audio = looped[guess + shift :][: len(received)]
-    received, expected_audio = received[middle], expected_audio[middle]
-    rate = SAMPLE_RATE
-    speech = np.abs(expected_audio) > 1e-3
-    gain = float(received @ expected_audio / (expected_audio @ expected_audio))
-    rms = lambda x: float(np.sqrt(np.mean(x**2)))  # noqa: E731
-    return {
-        "jumps": jumps,  # + : audio skipped (lost), - : audio played again (repeated, or swapped chunks)
-        # chunk-sized skips; longer jumps are chunks matched to the wrong pass of a looped clip
-        "lost_seconds": round(sum(jump["jump_seconds"] for jump in jumps if 0 < jump["jump_seconds"] < 2), 3),
-        "compared_seconds": round(len(received) / rate, 2),  # the middle half of the longest stretch
-        "correlation": round(float(np.corrcoef(received, expected_audio)[0, 1]), 5),
-        "best_gain_db": round(20 * np.log10(abs(gain)), 2),
-        "level_db": round(20 * np.log10(rms(received[speech]) / rms(expected_audio[speech])), 2),
-        "snr_db": round(20 * np.log10(rms(gain * expected_audio) / rms(received - gain * expected_audio)), 2),
-        "band_level_db": {
-            f"{lo}-{hi} Hz": round(r - f, 2)
-            for (lo, hi), r, f in zip(
-                BANDS, band_levels(received, rate), band_levels(expected_audio, rate), strict=True
-            )
-        },
-    }
+    stretch = soxr.resample(np.concatenate(chunks[start : last + 1]), rate, SAMPLE_RATE, "HQ")
+    middle = slice(len(stretch) // 4, len(stretch) * 3 // 4)  # clear of the resampler's edges
+    near = round(begin * SAMPLE_RATE / rate) + middle.start
+    report["jumps"] = jumps  # + : audio skipped (lost), - : audio played again (repeated, or swapped)
+    # chunk-sized skips; longer jumps are chunks matched to the wrong pass of a looped clip
+    report["lost_seconds"] = round(sum(j["jump_seconds"] for j in jumps if 0 < j["jump_seconds"] < 2), 3)
+    report["longest_stretch"] = figures(stretch[middle], aligned(stretch[middle], reference, near))
+    return report
 
 
 def streamed_wer(store, audio: np.ndarray, text: str) -> dict:
@@ -270,6 +290,7 @@ def main() -> None:
     chunks = record_chunks()
     seconds = len(reference) / SAMPLE_RATE - TAIL_SECONDS / 2  # one pass, Stop within the silence
     text = play(url, wav, seconds, args.browser_arg)
+    (args.out / "page.txt").write_text(text)
     rates = sorted({chunk["rate"] for chunk in chunks})
     if len(rates) != 1:
         raise SystemExit(f"chunks at several rates: {rates}")

@@ -1,7 +1,7 @@
 """What the Live view's server hears from a real browser: headless Chromium's fake microphone plays a clip
 into the Live tab, and the chunks the handler hands to its listener, put together, are the clip's own samples
 (no echo cancellation, noise suppression or gain control; no chunk lost, repeated or swapped:
-app.microphone).
+app.microphone). And the middleware that keeps the chunks, against a stand-in for Gradio's stream slot.
 
 Uses the system Chromium (Debian's `chromium`, installed by scripts/install-test-deps.sh); nothing is
 downloaded.
@@ -9,6 +9,8 @@ downloaded.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 import time
 from pathlib import Path
@@ -19,18 +21,19 @@ import soundfile as sf
 import soxr
 
 from specdec.app import live
+from specdec.app.microphone import StreamInOrder
 from specdec.app.store import ModelStore, demo_pairs
 from specdec.audio import SAMPLE_RATE, load_audio, to_mono
 
-playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CLIP = Path(__file__).parent.parent / "assets" / "en-weather.wav"
 SILENCE_SECONDS = 1.5  # after the clip, in the file the fake microphone plays in a loop
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (scripts/install-test-deps.sh)")
 
 
+@pytest.mark.skipif(CHROMIUM is None, reason="no system Chromium (scripts/install-test-deps.sh)")
 def test_the_server_hears_the_samples_the_microphone_played(demo_models, serve_app, monkeypatch, tmp_path):
+    playwright = pytest.importorskip("playwright.sync_api")
     clip = load_audio(CLIP)
     played = np.concatenate([clip, np.zeros(round(SILENCE_SECONDS * SAMPLE_RATE), np.float32)])
     microphone = tmp_path / "microphone.wav"  # at a microphone's rate, as 16-bit samples
@@ -85,3 +88,78 @@ def _aligned(received: np.ndarray, played: np.ndarray) -> np.ndarray:
     scores = np.fft.irfft(np.fft.rfft(looped, size) * np.conj(np.fft.rfft(received, size)), size)
     start = int(np.argmax(scores[: len(played)]))
     return looped[start : start + len(received)]
+
+
+class _Stream:
+    """Gradio's side of one streaming event: the slot each post writes (replacing what is there), the signal
+    that wakes the loop, and the loop, which takes the chunk two turns after clearing the signal, then runs
+    the handler; a close ends the loop and drops the event from the queue."""
+
+    def __init__(self) -> None:
+        self.signal, self.closed, self.data = asyncio.Event(), False, None
+        self.taken: list[int] = []
+        self.event_ids_to_events = {"event": self}
+        self.closed_at_answer: list[bool] = []
+
+    def get_blocks(self):  # the ASGI app in scope["app"], its blocks and their queue: all this object
+        return self
+
+    @property
+    def _queue(self):
+        return self
+
+    async def route(self, scope, receive, send) -> None:  # Gradio's POST /gradio_api/stream/{event}[/close]
+        body = json.loads((await receive())["body"])
+        if scope["path"].endswith("/close"):
+            self.closed = True
+        else:
+            self.data = body["chunk"]
+        self.signal.set()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def loop(self) -> None:
+        while True:
+            await self.signal.wait()
+            self.signal.clear()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            if self.closed:
+                break
+            self.taken.append(self.data)
+            await asyncio.sleep(0.02)  # the handler
+        del self.event_ids_to_events["event"]
+
+
+def test_stream_posts_wait_for_the_chunk_before_and_a_close_for_the_end():
+    async def run(middleware: bool) -> _Stream:
+        stream = _Stream()
+        app = StreamInOrder(stream.route) if middleware else stream.route
+        answered = []
+
+        async def post(path: str, body: dict) -> None:
+            scope = {"type": "http", "method": "POST", "path": path, "app": stream}
+            message = {"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}
+
+            async def receive():
+                return message
+
+            async def send(reply):
+                if reply["type"] == "http.response.start" and path.endswith("/close"):
+                    answered.append("event" not in stream.event_ids_to_events)
+
+            await app(scope, receive, send)
+
+        loop = asyncio.create_task(stream.loop())
+        posts = [asyncio.create_task(post("/gradio_api/stream/event", {"chunk": n})) for n in range(8)]
+        await asyncio.sleep(0)  # the posts come in this order
+        await asyncio.gather(*posts)
+        await post("/gradio_api/stream/event/close", {})
+        await asyncio.wait_for(loop, 5)
+        stream.closed_at_answer = answered
+        return stream
+
+    kept = asyncio.run(run(middleware=True))
+    assert kept.taken == list(range(8)) and kept.closed_at_answer == [True]
+    lost = asyncio.run(run(middleware=False))  # Gradio alone: a post replaces the chunk not taken yet
+    assert lost.taken != list(range(8))
