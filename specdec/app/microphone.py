@@ -77,7 +77,7 @@ PAGE_JS = RAW_SIGNAL_JS + IN_ORDER_JS
 STREAM_PATH = re.compile(r"/gradio_api/stream/(?P<event>[^/]+)(?P<close>/close)?$")
 WAIT_SECONDS = 30.0  # as long as Gradio waits for a stream's next chunk
 POLL_SECONDS = 0.005
-# Gradio's loop clears an event's signal, then reads its chunk two turns of the event loop later
+# Gradio's loop clears an event's signal, then reads its chunk two turns of the event loop later (one spare)
 TURNS_TO_READ = 3
 
 
