@@ -86,6 +86,7 @@ from specdec.app import compare, downloads, live, openai_api, realtime, views, w
 from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
 from specdec.app.jobs import MODEL_THREAD, PAGE, Caller, Jobs
+from specdec.app.microphone import MICROPHONE_ELEMENT, PAGE_JS, StreamInOrder
 from specdec.app.store import (
     ModelStore,
     RefusedAudio,
@@ -572,9 +573,10 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
                 streaming=True,
                 type="filepath",  # each chunk's upload is read and deleted at once (_take_chunk)
                 label="Microphone",
-                elem_id="live-audio",
+                elem_id=MICROPHONE_ELEMENT,
                 waveform_options=gr.WaveformOptions(show_recording_waveform=False),
             )
+            gr.HTML("", js_on_load=PAGE_JS)  # the raw signal, every chunk in order (app.microphone)
             clear = gr.Button("Clear", elem_id="live-clear")
         with gr.Column(scale=3):
             pair = _pair_dropdown(store, choices)
@@ -753,7 +755,7 @@ def launch(
         auth_message="Log in with any user name and this server's API key as the password.",
         app_kwargs={  # Gradio's FastAPI app serves the /v1 routes beside the page
             "routes": api_routes(api_key),
-            "middleware": [Middleware(CancelOneEvent)],
+            "middleware": [Middleware(CancelOneEvent), Middleware(StreamInOrder)],
         },
     )
 

@@ -50,8 +50,8 @@ IDLE_SECONDS = 20.0  # a worker with no audio for this long ends, and its listen
 class Listener:
     """One browser session's live state: its StreamSession, fed by a worker thread.
 
-    The stream handler only hands chunks over and returns: while a handler call is pending, the browser
-    holds back its next chunks, so a handler that decoded inline would stall the microphone stream. The
+    The stream handler only hands chunks over and returns: the page's next chunk waits until the handler
+    has taken this one (`app.microphone`), so a handler that decoded inline would hold the stream back. The
     worker feeds every whole `chunk_seconds` that has arrived in one update, so when decoding is slower
     than real time the updates cover more audio each instead of falling further behind. The decoding
     itself runs on `MODEL_THREAD`, as every job does (see `app.jobs`: a second thread running torch
