@@ -57,7 +57,11 @@ def test_the_server_hears_the_samples_the_microphone_played(demo_models, serve_a
         page.goto(url)
         page.get_by_role("tab", name="Live").click()
         page.locator("#live-audio button.record-button").click()
-        page.wait_for_timeout(1000 * len(played) / SAMPLE_RATE)  # the clip and most of the silence
+        # Stop once the server has heard the clip and most of the silence after it: on a loaded machine the
+        # page may take seconds to open the stream, so a fixed wait from the click can stop short of it
+        enough, deadline = len(played) / SAMPLE_RATE, time.monotonic() + 60
+        while _heard_seconds(heard) < enough and time.monotonic() < deadline:
+            page.wait_for_timeout(200)
         page.locator("#live-audio button.stop-button").click()
         stopped = time.monotonic()
         while not (store.listeners and store.listeners[0].stopped) and time.monotonic() - stopped < 60:
@@ -71,23 +75,30 @@ def test_the_server_hears_the_samples_the_microphone_played(demo_models, serve_a
     # from the second chunk on: chunks that come while Gradio opens the stream are dropped by its page
     # before they are sent (a gap after the first chunk, when the server is slow to answer: docs/app.md)
     received = soxr.resample(received, rates.pop(), SAMPLE_RATE, "HQ")[SAMPLE_RATE // 5 :]
-    expected = _aligned(received, played)
+    # one pass of the file: Chromium's fake microphone plays it in a loop, but not sample for sample (its
+    # second pass lined up 3 ms off the first on a loaded machine), so one alignment holds for one pass
+    start = _offset(received[: 2 * SAMPLE_RATE], played)
+    received = received[: len(played) - start]
+    expected = played[start : start + len(received)]
     speech = np.abs(expected) > 1e-3
     correlation = np.corrcoef(received, expected)[0, 1]
     level_db = 20 * np.log10(np.sqrt(np.mean(received[speech] ** 2) / np.mean(expected[speech] ** 2)))
-    assert len(received) > len(clip)
+    assert len(received) >= len(clip) - start  # all of the clip from where it lines up
     assert correlation > 0.99, correlation  # a lost or swapped chunk misaligns everything after it
     assert abs(level_db) < 1.0, level_db
 
 
-def _aligned(received: np.ndarray, played: np.ndarray) -> np.ndarray:
-    """The stretch of `played` (looped, as the fake microphone plays it) that lines up best with `received`
-    as a whole: one offset for all of it."""
+def _heard_seconds(heard: list[tuple[live.Listener, int, np.ndarray]]) -> float:
+    """Seconds of audio the handler has been given so far (each chunk at its own rate)."""
+    return sum(len(samples) / rate for _, rate, samples in list(heard))
+
+
+def _offset(received: np.ndarray, played: np.ndarray) -> int:
+    """Where in `played` (looped, as the fake microphone plays it) `received` lines up best."""
     looped = np.tile(played, 2 + len(received) // len(played))
     size = 1 << int(np.ceil(np.log2(len(looped) + len(received))))
     scores = np.fft.irfft(np.fft.rfft(looped, size) * np.conj(np.fft.rfft(received, size)), size)
-    start = int(np.argmax(scores[: len(played)]))
-    return looped[start : start + len(received)]
+    return int(np.argmax(scores[: len(played)]))
 
 
 class _Stream:
