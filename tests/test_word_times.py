@@ -162,3 +162,42 @@ def test_the_alignment_pass_may_read_the_decodings_keys_and_values(self_pair, al
     reused = word_times.token_times(target.model, states[0], sequence, len(prompt), frames, cross)
     assert reused == word_times.token_times(target.model, states[0], sequence, len(prompt), frames)
     assert [end for _, end in found.result.token_spans] == [round(t, 2) for t in reused[len(prompt) : -1]]
+
+
+@pytest.mark.parametrize("name", ["en-jfk.flac", "de-bahnhof.wav"])
+def test_the_alignment_is_transformers_own_on_real_attention(self_pair, alone, encoded, name):
+    """`whisper.alignment` (the warping one anti-diagonal at a time) gives the starts transformers'
+    `_extract_token_timestamps` gives, bit for bit, on the real model's attention over a clip's tokens; and
+    its warping takes transformers' path on planted matrices with ties (all equal, repeated columns)."""
+    from transformers.generation.utils import GenerateEncoderDecoderOutput
+    from transformers.models.whisper.generation_whisper import _dynamic_time_warping
+
+    from specdec.whisper import alignment
+
+    target = self_pair.pair.target.model
+    found = alone(name)
+    states, frames = encoded(name)
+    prompt = list(found.result.prompt_ids)
+    aligned, first = word_times.alignment_sequence(
+        target.generation_config, [*prompt, *found.token_ids], len(prompt)
+    )
+    heads = target.generation_config.alignment_heads
+    with torch.inference_mode():
+        input_ids = torch.tensor([aligned[:-1]])
+        attentions = word_times.cross_attentions(target, states, input_ids, {layer for layer, _ in heads})
+        outputs = GenerateEncoderDecoderOutput(
+            sequences=torch.tensor([aligned]), cross_attentions=(attentions,)
+        )
+        theirs = target._extract_token_timestamps(outputs, heads, num_frames=frames, num_input_ids=first)[0]
+        ours = alignment.token_starts(attentions, heads, frames, first, target.config.median_filter_width)
+    assert len(aligned) > 20 and torch.equal(ours, theirs)
+    rng = np.random.default_rng(0)
+    for matrix in (
+        np.zeros((5, 9)),
+        np.repeat(rng.standard_normal((6, 4)), 3, axis=1),
+        rng.standard_normal((1, 7)),
+    ):
+        for ours_path, theirs_path in zip(
+            alignment.dynamic_time_warping(matrix), _dynamic_time_warping(matrix), strict=True
+        ):
+            assert np.array_equal(ours_path, theirs_path)

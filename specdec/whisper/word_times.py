@@ -12,8 +12,9 @@ shift; docs/usage.md.) Words: the tokens grouped as the ASR pipeline groups them
 `return_timestamps="word"` (punctuation joined to its word), a word running from its first token's start
 to its last token's end.
 
-transformers' own functions do the alignment and the grouping (`_extract_token_timestamps`,
-`_combine_tokens_into_words`; private, but the pinned version is tested).
+The alignment is transformers' `_extract_token_timestamps`, step for step, with a faster warping
+(`whisper.alignment`); the grouping is transformers' own `_combine_tokens_into_words` (private, but the
+pinned version is tested).
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
-from transformers.generation.utils import GenerateEncoderDecoderOutput
 from transformers.models.whisper.tokenization_whisper import LANGUAGES, _combine_tokens_into_words
+
+from specdec.whisper import alignment
 
 TIME_DECIMALS = 2  # the pipeline's rounding of token times (the alignment's resolution is 0.02 s)
 
@@ -68,10 +70,9 @@ def token_times(
         input_ids = torch.tensor([aligned[:-1]], device=device)
         layers = {layer for layer, _ in heads}
         attentions = cross_attentions(model, encoder_states[None], input_ids, layers, cross)
-        sequences = torch.tensor([aligned], device=device)
-        outputs = GenerateEncoderDecoderOutput(sequences=sequences, cross_attentions=(attentions,))
-        found = model._extract_token_timestamps(outputs, heads, num_frames=num_frames, num_input_ids=first)
-    starts = found[0].tolist()[first:]  # starts[j]: where text token j starts; starts[-1]: where all end
+        width = model.config.median_filter_width
+        # starts[j]: where text token j starts; starts[-1]: where all end
+        starts = alignment.token_starts(attentions, heads, num_frames, first, width).tolist()[first:]
     times, text_so_far = [], 0
     for i, token in enumerate(sequence):
         text_so_far += i >= prompt_length and token < config.eos_token_id
