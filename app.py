@@ -176,6 +176,7 @@ RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): 
 RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
 RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads
 LIVE_TIME_LIMIT = 1800  # seconds of streaming per recording, so that one listener cannot hold the models
+STOP_STATUS_SECONDS = 0.5  # after Stop, how often the status says how much audio is still being decoded
 UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
 SESSIONS_KEPT = 100  # browser sessions whose last outputs Gradio keeps in memory (its default: 10,000)
 GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio")).resolve()
@@ -632,12 +633,16 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
 
 def stop_listening(current: live.Listener | None) -> Iterator[tuple]:
     """The Stop button's (listener, transcript, status, plot): at once a status that says the recording
-    stopped and what is still being done, then, once the last audio is decoded, the committed text."""
+    stopped and how much audio is still being decoded (again every STOP_STATUS_SECONDS while it is), then,
+    once the last audio is decoded, the committed text."""
     if current is None or current.stopped:
         yield current, gr.skip(), gr.skip(), gr.skip()
         return
-    yield current, gr.skip(), live.stopping_html(current), gr.skip()
-    current.stop()
+    stopping = threading.Thread(target=current.stop, name="specdec-stop", daemon=True)
+    stopping.start()
+    while stopping.is_alive():
+        yield current, gr.skip(), live.stopping_html(current), gr.skip()
+        stopping.join(STOP_STATUS_SECONDS)
     page = live.transcript_html(current, finished=True)
     yield current, page, live.stats_html(current), live.latency_figure(current)
 

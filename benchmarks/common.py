@@ -21,7 +21,8 @@ def leviathan_bound(alpha: float, num_draft_tokens: int, cost_ratio: float) -> f
 
 def goal(name: str, value: float | None, relation: str, threshold: float) -> dict:
     """A goal with the measured figure (None: the run did not measure it)."""
-    met = None if value is None else (value >= threshold if relation == ">=" else value < threshold)
+    compare = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}[relation]
+    met = None if value is None else compare(float(value), float(threshold))
     return {"goal": name, "value": value, "relation": relation, "threshold": threshold, "met": met}
 
 

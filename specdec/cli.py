@@ -379,6 +379,8 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
             f"  target passes per decoded update: {summary.passes_per_update:.1f}",
             f"  update latency: median {summary.median_latency_seconds:.2f} s, "
             f"p95 {summary.p95_latency_seconds:.2f} s",
+            f"  committed text behind the speaker: median {summary.median_commit_lag_seconds:.1f} s, "
+            f"p95 {summary.p95_commit_lag_seconds:.1f} s ({summary.committed_words} words)",
             f"  real-time factor: {summary.real_time_factor:.2f} "
             f"({summary.processing_seconds:.1f} s processing / {summary.audio_seconds:.1f} s audio)",
             f"  acceptance by source: {acceptance or 'nothing drafted'}",

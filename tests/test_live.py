@@ -185,7 +185,8 @@ def test_an_idle_listener_ends_its_worker(store, monkeypatch):
 
 def test_stop_says_so_at_once_and_shows_the_committed_text_once_decoded(store):
     """The Stop handler's first answer comes while the models are busy (another job holds them here), so
-    the page never says "processing" about a recording that has stopped."""
+    the page never says "processing" about a recording that has stopped, and says how much audio is still
+    to decode; then the committed text."""
     import app
 
     listener = live.open_listener(store, DRAFT, "en", 1.0, True)
@@ -194,6 +195,34 @@ def test_stop_says_so_at_once_and_shows_the_committed_text_once_decoded(store):
     answers = app.stop_listening(listener)
     with store.work_lock, concurrent.futures.ThreadPoolExecutor(1) as pool:
         _, transcript, status, figure = pool.submit(next, answers).result(timeout=60)
-    assert "Stopped after 2.5 s of audio" in status and not listener.stopped
-    _, transcript, status, figure = next(answers)  # the rest decoded, the text committed
+    assert "Stopped after 2.5 s of audio: decoding the last" in status and not listener.stopped
+    _, transcript, status, figure = list(answers)[-1]  # the rest decoded, the text committed
     assert listener.stopped and "target passes" in status and 'class="tok tentative"' not in transcript
+
+
+def test_stop_decodes_all_that_is_left_in_one_update_after_the_one_running(store, monkeypatch):
+    """Stop while the worker is behind (4.2 s of speech arrive during a slow update, the last 0.2 s short
+    of a chunk): the update running ends, then all the audio left is decoded once more, together, and
+    committed: one decoding after Stop whatever the backlog (the whole chunks, the rest and the held-back
+    speech were three), and every second heard is in the final text's audio."""
+    listener = live.open_listener(store, DRAFT, "en", 0.5, True)
+    session, decoded = listener.session, []
+    decode = session._decode
+
+    def slow(waveform=None):
+        decoded.append(time.monotonic())
+        time.sleep(0.3)
+        return decode(waveform)
+
+    monkeypatch.setattr(session, "_decode", slow)
+    chunks, deadline = iter(browser_chunks(speech(seconds=4.2))), time.monotonic() + 30
+    while not decoded and time.monotonic() < deadline:  # until the worker starts decoding the speech
+        live.hear(listener, next(chunks))
+        time.sleep(0.02)
+    for chunk in chunks:
+        live.hear(listener, chunk)
+    stopped = time.monotonic()
+    listener.stop()
+    assert sum(at >= stopped for at in decoded) == 1  # after the one running
+    assert abs(fed_audio(session) - 4.2) < 0.01 and listener.stopped
+    assert session.committed_text and not session.tentative_text

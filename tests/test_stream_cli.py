@@ -8,6 +8,7 @@ Timings are never asserted: latencies are benchmark figures.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from specdec import cli
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.streaming.playback import stream_audio, summarise
 from specdec.streaming.session import StreamOptions, Update
+from specdec.streaming.words import StreamWord
 
 ASSETS = Path(__file__).parent.parent / "assets"
 
@@ -157,6 +159,12 @@ def test_summary_figures_on_planted_updates():
     assert summary.acceptance == {"reused": 0.75} and summary.tokens_by_source == {"reused": 3, "target": 3}
     empty = summarise([])
     assert (empty.decoded_updates, empty.median_latency_seconds, empty.real_time_factor) == (0, 0.0, 0.0)
+    # committed words: from each one's end in the audio to its update's text being ready
+    words = [StreamWord(" a", (1,), 0.0, end, 1.0, 0) for end in (0.5, 1.5, 3.0)]
+    late = dataclasses.replace(updates[3], committed_words=tuple(words))  # ready at 4.0 + 0.2 s
+    lagged = summarise([*updates[:3], late])
+    assert late.commit_lags == pytest.approx([3.7, 2.7, 1.2])
+    assert lagged.committed_words == 3 and lagged.median_commit_lag_seconds == pytest.approx(2.7)
 
 
 @pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it

@@ -345,3 +345,21 @@ def test_a_buffer_that_never_agrees_is_cut_at_a_pause_and_nothing_is_lost(separa
     assert 1.6 <= session.buffer_start_seconds <= 1.9 and updates[-1].tentative_text == ""
     session.feed(loud[:CHUNK])
     assert session.finish().committed_text == "thirteen fourteen fifteen"
+
+
+def test_a_hypothesis_that_lost_the_committed_words_cuts_them_off(separate_pair):
+    """Whisper, its prompt holding the words the audio says again (a clip looped), may skip them: where the
+    newest hypothesis holds none of the committed words, their audio is cut from the buffer, nothing is
+    committed from it, and the next updates decode and commit what follows."""
+    begin = timestamp_begin(separate_pair.pair.target.model.generation_config)
+    said, more = words(separate_pair, " ask not what your country"), words(separate_pair, " can do for you")
+    first = [begin, *said, more[0]]
+    later = [begin, *more, *words(separate_pair, " and")]
+    hypotheses = [(first,), (first,), ([begin, *more], [2.0, 2.3, 2.6, 2.9]), (later,), (later,)]
+    session = scripted_session(separate_pair)
+    ScriptedDecoder(session, hypotheses)
+    updates = [session.feed(LOUD) for _ in hypotheses]
+    assert updates[1].committed_text == "ask not what your country"  # "can" ends in the last 0.5 s
+    assert updates[2].committed_words == () and 1.4 <= session.buffer_start_seconds <= 1.8
+    assert session._prompt_ids() == tuple(said)  # the committed words' audio left with them
+    assert session.finish().committed_text == "ask not what your country can do for you and"

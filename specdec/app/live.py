@@ -73,6 +73,7 @@ class Listener:
         self.error: Exception | None = None
         self.shown: int | None = None  # index of the update the page shows
         self._closing = False
+        self._stopping = False  # Stop: the worker takes no more audio (stop() decodes what is left)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._worker: threading.Thread | None = None
@@ -98,7 +99,9 @@ class Listener:
         self._wake.set()
 
     def stop(self) -> Update:
-        """End of the recording: decode what is left, then commit the last hypothesis."""
+        """End of the recording: the worker ends after the update it is decoding, all the audio left is
+        decoded in one more update, then the last hypothesis is committed."""
+        self._stopping = True
         self.close()
         tail = self._take(everything=True)
         if self.resampler is not None:
@@ -115,9 +118,25 @@ class Listener:
         if wait and self._worker is not None:
             self._worker.join()
 
+    @property
+    def undecoded_seconds(self) -> float:
+        """Audio heard that no finished update has decoded yet: not fed, or held back for the pace."""
+        updates = self.session.updates
+        fed = updates[-1].stream_seconds if updates else 0.0
+        return max(self.heard_seconds - fed, 0.0) + self.session.held_back_seconds
+
+    def commit_lags(self) -> list[float]:
+        """Per committed word: seconds from its end in the audio heard to its text being shown (its
+        update's own lag plus the audio heard while the update waited and ran)."""
+        return [
+            max(update.stream_seconds - word.end, 0.0) + self.lag_seconds.get(update.index, 0.0)
+            for update in self.session.updates
+            for word in update.committed_words
+        ]
+
     def _work(self) -> None:
         while True:
-            piece = self._take()
+            piece = self._take() if not self._stopping else np.zeros(0, dtype=np.float32)
             if len(piece):
                 try:
                     self._feed(piece)
@@ -266,13 +285,18 @@ def stats_html(listener: Listener | None) -> str:
     rests = [u for u in listener.session.updates if u.chunk_seconds and not (u.decoded or u.speech)]
     held_back = sum(update.held_back for update in listener.session.updates)
     noise = sum(plots.activity(update, listener.options.silence_dbfs) == plots.NOISE for update in rests)
+    commit_lags = listener.commit_lags()
+    committed = (
+        f"committed words {float(np.median(commit_lags)):.1f} s behind the speaker, " if commit_lags else ""
+    )
     return heard + (
         f"<p><b>Update {len(decoded)}</b> at {last.stream_seconds:.1f} s of audio: decoded in "
         f"{1000 * last.latency_seconds:.0f} ms with {last.target_passes} target passes; accepted/drafted "
         f"tokens by source: {sources or 'none'}; "
         f"text {listener.lag_seconds[last.index]:.1f} s behind live.<br>"
         f"<b>So far:</b> median decode {1000 * float(np.median(latencies)):.0f} ms per update, "
-        f"median {float(np.median(lags)):.1f} s behind live, {np.mean(passes):.1f} target passes per update; "
+        f"median {float(np.median(lags)):.1f} s behind live, {committed}"
+        f"{np.mean(passes):.1f} target passes per update; "
         f"chunks without speech not decoded: {len(rests) - noise} silent, {noise} of noise; "
         f"{listener.merged} chunks merged into the next update to keep up, {held_back} held back for the "
         f"pace ({listener.options.pace}).</p>{_draft_note(listener)}"
@@ -280,10 +304,13 @@ def stats_html(listener: Listener | None) -> str:
 
 
 def stopping_html(listener: Listener) -> str:
-    """The status right after Stop, while the audio not yet decoded is decoded and the text committed."""
+    """The status after Stop, while the audio not yet decoded is decoded and the text committed: how much
+    audio is left (a loaded machine may be seconds behind)."""
+    left = listener.undecoded_seconds
+    doing = f"decoding the last {left:.1f} s of audio" if left >= 0.05 else "decoding the last update"
     return (
-        f'<p class="specdec-activity">⏹️ Stopped after {listener.heard_seconds:.1f} s of audio: decoding what '
-        "was not decoded yet, then committing the text…</p>"
+        f'<p class="specdec-activity">⏹️ Stopped after {listener.heard_seconds:.1f} s of audio: {doing}, then '
+        "committing the text…</p>"
     )
 
 

@@ -3,7 +3,8 @@
 `stream_audio` cuts the audio into `chunk_seconds` chunks and feeds them one by one, as fast as possible
 or in real time (chunk i is fed no earlier than its end time in the stream), then stops the session.
 `summarise` turns the updates into the live figures: target passes per decoded update, median and 95th
-percentile update latency, real-time factor and acceptance by proposal source.
+percentile update latency, how far committed words trail the speaker, real-time factor and acceptance by
+proposal source.
 
     from specdec.streaming.playback import stream_audio, summarise
     from specdec.streaming.session import StreamOptions
@@ -75,6 +76,9 @@ class StreamSummary:
     p95_latency_seconds: float
     proposals: dict[str, dict[str, int]]  # source -> steps (target passes it drafted for), drafted, accepted
     tokens_by_source: dict[str, int]  # hypothesis tokens over all decoded updates: reused, draft, target
+    committed_words: int = 0  # words committed over the stream
+    median_commit_lag_seconds: float = 0.0  # from a word's end in the audio to its text being committed
+    p95_commit_lag_seconds: float = 0.0
 
     @property
     def real_time_factor(self) -> float:
@@ -110,6 +114,7 @@ def summarise(updates: Sequence[Update], audio_seconds: float | None = None) -> 
             tokens_by_source[source] = tokens_by_source.get(source, 0) + 1
     if audio_seconds is None:
         audio_seconds = max((update.stream_seconds for update in updates), default=0.0)
+    lags = [lag for update in updates for lag in update.commit_lags]
     return StreamSummary(
         updates=len(updates),
         decoded_updates=len(decoded),
@@ -121,4 +126,7 @@ def summarise(updates: Sequence[Update], audio_seconds: float | None = None) -> 
         p95_latency_seconds=float(np.percentile(latencies, 95)) if latencies else 0.0,
         proposals=proposals,
         tokens_by_source=tokens_by_source,
+        committed_words=len(lags),
+        median_commit_lag_seconds=float(np.median(lags)) if lags else 0.0,
+        p95_commit_lag_seconds=float(np.percentile(lags, 95)) if lags else 0.0,
     )

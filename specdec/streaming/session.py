@@ -308,7 +308,8 @@ class StreamSession:
         hypothesis' tokens are committed."""
         self.recent = [*self.recent[-RECENT_HYPOTHESES + 1 :], (self._buffer_end, words)]
         if self.committed and committed_copy(words, self.committed) is None:
-            words = self._cut_after_committed(words)
+            self._cut_after_committed(words)  # the next update decodes what is not committed on its own
+            return [], 0
         start = tail_start(words, self.committed)
         self.committed = retimed(self.committed, words, start)
         older = [hypothesis[tail_start(hypothesis, self.committed) :] for hypothesis in self._partners()]
@@ -338,16 +339,15 @@ class StreamSession:
         self._cut(end, round(seconds * SAMPLE_RATE))
         return committed + rest, max(count, end)
 
-    def _cut_after_committed(self, words: list[StreamWord]) -> list[StreamWord]:
+    def _cut_after_committed(self, words: list[StreamWord]) -> None:
         """A hypothesis without the committed words (Whisper, its prompt holding the words the buffer's
         audio says again, may skip them): their audio leaves the buffer, so that the next decodings hear
-        only what is not committed. Returns the hypothesis' words after the cut."""
+        only what is not committed."""
         last = self.committed[-1]
         following = [word for word in words if word.middle > last.end]
         samples = self._gap_sample(last.end, following[0].start if following else last.end)
         dropped = [word for word in words if word.middle <= last.end]
         self._cut(dropped[-1].position + 1 if dropped else 0, samples)
-        return self.recent[-1][1]
 
     def _partners(self) -> list[list[StreamWord]]:
         """LocalAgreement's partners of the newest hypothesis: the latest one that heard at least
