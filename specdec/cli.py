@@ -9,31 +9,22 @@ User errors (unreadable audio, unknown model, bad pair) print one line on stderr
 
 from __future__ import annotations
 
-import os
+import argparse
+import dataclasses
+import json
+import re
+import shutil
 import sys
-
-# Busy-waiting OpenMP threads slow torch 30-50x when several torch processes share the cores, as the
-# corpus command's Ray actors do: there threads wait passively. A single process is faster with the
-# runtime's default: every small operator would wake the threads (figures: docs/benchmarks.md).
-# Read by the OpenMP runtime when torch loads, so it is set before anything imports torch.
-if sys.argv[1:2] == ["corpus"]:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Only what the parser needs is imported here, so that `--help` answers at once; each command imports
 # torch, transformers, Ray and the models when it runs.
-from specdec.corpus.command import add_corpus_parser, run_corpus_command  # noqa: E402
-from specdec.distill.command import add_distill_parser, run_distill_command  # noqa: E402
-from specdec.longform import LONG_FORM_MODES  # noqa: E402
-from specdec.options import (  # noqa: E402
+from specdec.corpus.command import add_corpus_parser, run_corpus_command
+from specdec.distill.command import add_distill_parser, run_distill_command
+from specdec.longform import LONG_FORM_MODES
+from specdec.options import (
     TASKS,
     WHISPER_COMPRESSION_RATIO_THRESHOLD,
     WHISPER_LOGPROB_THRESHOLD,
@@ -41,8 +32,8 @@ from specdec.options import (  # noqa: E402
     TranscribeOptions,
     whisper_temperatures,
 )
-from specdec.subtitles import FORMATS  # noqa: E402
-from specdec.trace import DecodeResult, Step, speedup_bound  # noqa: E402
+from specdec.subtitles import FORMATS
+from specdec.trace import DecodeResult, Step, speedup_bound
 
 if TYPE_CHECKING:
     from specdec.api import SpeculativeWhisper, Transcription

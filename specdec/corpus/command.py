@@ -69,6 +69,11 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
 def run_corpus_command(args: argparse.Namespace) -> Summary | None:
     """List the input, run, print the summary; the summary, or None when Ray stopped the run (one line
     on stderr says why; the rows written so far are kept)."""
+    # Busy-waiting OpenMP threads slow torch 30-50x when several torch processes share the cores, as the
+    # Ray actors do: there threads wait passively (a single process is faster with the runtime's default,
+    # figures: docs/benchmarks.md). Read by the OpenMP runtime when torch loads, so set before the import
+    # below (the actors inherit it); a caller that has loaded torch already keeps its own.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus  # Ray and torch: only to run
 
     options = CorpusOptions(

@@ -105,11 +105,11 @@ class TimestampRules:
 
     The processor takes a batch of rows whose sequences have one length; the positions of a verify pass
     (and a draft's one) have as many lengths, so calling it meant one call per position, each building
-    masks over the whole vocabulary (~0.2 ms a position on the development machine, paid at every
-    verified and every drafted token with timestamps on). Here the rules that depend on the sequence
-    are read in Python per position and applied to slices, and the log-probability rule runs once on
-    every position's row (log-softmax, logsumexp and max along each row, as the processor computes them
-    on a batch). `tests/test_processing.py` checks the scores are identical to the processor's.
+    masks over the whole vocabulary, paid at every verified and every drafted token with timestamps on.
+    Here the rules that depend on the sequence are read in Python per position and applied to slices,
+    and the log-probability rule runs once on every position's row (log-softmax, logsumexp and max along
+    each row, as the processor computes them on a batch). `tests/test_processing.py` checks the scores
+    are identical to the processor's.
     """
 
     def __init__(self, generation_config: GenerationConfig, begin_index: int) -> None:
