@@ -259,7 +259,7 @@ def target_alone_mismatches(
             sampled.append(update.index)
             continue
         start = round(update.buffer_start_seconds * SAMPLE_RATE)
-        end = round(update.stream_seconds * SAMPLE_RATE)
+        end = round(update.buffer_end_seconds * SAMPLE_RATE)
         key = (start, end, update.prompt_ids, update.language)
         if key not in memo:
             decode = options.decode_options(update.language, update.prompt_ids)

@@ -71,7 +71,7 @@ def test_every_update_is_the_target_alone_and_no_audio_is_lost(store):
     whisper = listener.session.whisper
     for update in decoded:
         buffer = stream[
-            round(update.buffer_start_seconds * SAMPLE_RATE) : round(update.stream_seconds * SAMPLE_RATE)
+            round(update.buffer_start_seconds * SAMPLE_RATE) : round(update.buffer_end_seconds * SAMPLE_RATE)
         ]
         options = TranscribeOptions(
             language="en", timestamps=True, prompt_ids=update.prompt_ids, speculative=False

@@ -54,7 +54,7 @@ def assert_each_is_the_target_alone(
     here)."""
     for update in decoded:
         start = round(update.buffer_start_seconds * SAMPLE_RATE)
-        buffer = waveform[start : round(update.stream_seconds * SAMPLE_RATE)]
+        buffer = waveform[start : round(update.buffer_end_seconds * SAMPLE_RATE)]
         stream_options = options.decode_options(update.language, update.prompt_ids)
         alone = whisper.transcribe_waveforms(
             [buffer], TranscribeOptions.of(stream_options, speculative=False)

@@ -141,6 +141,7 @@ class Update:
     tentative_text: str
     latency_seconds: float  # from the chunk's arrival to the text being ready
     buffer_start_seconds: float = 0.0  # stream time where the decoded buffer starts
+    buffer_end_seconds: float = 0.0  # and ends (short of stream_seconds where a chunk ended the utterance)
     prompt_ids: tuple[int, ...] = ()  # the previous text the buffer was decoded with
     language: str | None = None
     hypothesis: tuple[int, ...] = ()  # the decoded buffer's tokens (timestamps included)
@@ -247,6 +248,7 @@ class StreamSession:
         `ends`, all of them)."""
         decoded_from = {
             "buffer_start_seconds": self.buffer_start_seconds,
+            "buffer_end_seconds": self._buffer_end,
             "prompt_ids": self._prompt_ids(),
             "earlier_text": self.whisper.decode_text(self.archived_ids),
         }
