@@ -1,6 +1,6 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
-base (options, trace, audio, wer)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
+base (options, trace, audio, wer, internals)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
 <-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  scheduler on longform/, for
 app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
 """
@@ -21,6 +21,7 @@ BASE = {
     "specdec.wer",
     "specdec.subtitles",
     "specdec.vad",
+    "specdec.internals",
 }
 # a wing may import itself, the base, and the wings listed for it
 ALLOWED = {

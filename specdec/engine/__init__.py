@@ -16,7 +16,9 @@
         kernels              packed CPU weights, installed only by an explicit `kernels.pack`
         fast_draft           a cheaper draft (int8, a restricted vocabulary, audio-only encoding)
       state                  a row, and the clock that numbers passes and encoder calls
+      host                   numbers between the host and the device, read once a pass
       cancel                 a cancellation scope: a decoding stops at its next pass
 
-The engine imports only `specdec.whisper`, `specdec.options`, `specdec.trace` and `specdec.audio`.
+The engine imports only `specdec.whisper`, `specdec.options`, `specdec.trace`, `specdec.audio` and
+`specdec.internals` (the private torch and transformers APIs, each with why).
 """

@@ -5,7 +5,7 @@ of the weight decides how close to the machine's bandwidth a product runs. PyTor
 (MKL on the row-major `nn.Linear` weight, one dot product per output) streams a wide matrix such as the
 output projection at a fraction of the bandwidth, and 2-10 tokens at once cost about as many one-token
 products. A PackedLinear multiplies with its weight reordered once into oneDNN's blocked layout
-(`torch.ops.mkldnn._reorder_linear_weight`): k+1 tokens cost ~1.1-2x one token instead of k+1 times,
+(oneDNN's packed linear, `specdec.internals`): k+1 tokens cost ~1.1-2x one token instead of k+1 times,
 and one token is fastest there too (whisper-base's output projection and its whole decoder step:
 docs/benchmarks.md has the measurements).
 
@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec import internals
+
 BATCH_HINT = 8  # rows the packed layout is tuned for: a verify pass of k+1 tokens (1-12 are all fast)
 
 COPIES = ("_packed",)  # the weight's other layouts a PackedLinear may hold
@@ -40,7 +42,7 @@ _state = threading.local()  # per thread: is the packed path active (a Gradio se
 def available() -> bool:
     """oneDNN is built in and not switched off with SPECDEC_PACKED_KERNELS=0."""
     enabled = os.environ.get("SPECDEC_PACKED_KERNELS", "1") != "0"
-    return enabled and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return enabled and internals.mkldnn_linear_available()
 
 
 class PackedLinear(nn.Linear):
@@ -51,15 +53,13 @@ class PackedLinear(nn.Linear):
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)
-        packed = self._copy(
-            "_packed", lambda weight: torch.ops.mkldnn._reorder_linear_weight(weight, BATCH_HINT)
-        )
-        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+        packed = self._copy("_packed", lambda weight: internals.mkldnn_pack_weight(weight, BATCH_HINT))
+        return internals.mkldnn_linear(x, packed, self.bias)
 
     def _copy(self, name: str, make) -> torch.Tensor:
         """The weight in another layout (made on first use), redone if the weight was replaced or changed
         in place since."""
-        key = (self.weight.data_ptr(), self.weight._version)
+        key = (self.weight.data_ptr(), internals.tensor_version(self.weight))
         if self.__dict__.get(f"{name}_key") != key:
             with torch.no_grad():
                 self.__dict__[name] = make(self.weight.detach())
@@ -77,7 +77,7 @@ def pack(model: nn.Module) -> int:
     swapped = 0
     for module in _decoder_modules(model):
         if type(module) is nn.Linear and module.weight.dtype == torch.float32:
-            module.__class__ = PackedLinear  # same parameters, hooks and state dict; new forward
+            internals.swap_class(module, PackedLinear)  # same parameters, hooks and state dict; new forward
             swapped += 1
     return swapped
 
@@ -87,7 +87,7 @@ def unpack(model: nn.Module) -> int:
     restored = 0
     for module in _decoder_modules(model):
         if type(module) is PackedLinear:
-            module.__class__ = nn.Linear
+            internals.swap_class(module, nn.Linear)
             for name in COPIES:
                 module.__dict__.pop(name, None)
                 module.__dict__.pop(f"{name}_key", None)

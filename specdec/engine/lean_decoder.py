@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import WhisperForConditionalGeneration
 
+from specdec import internals
 from specdec.engine.cache import CachedDecoder
 from specdec.engine.step import Feed, SelfAttentionCache
 
@@ -148,9 +149,9 @@ def _fingerprint(model: WhisperForConditionalGeneration) -> tuple:
 
     def mark(module: nn.Module) -> tuple:
         if _is_int8(module):
-            return type(module), id(module._packed_params._packed_params)
+            return type(module), id(internals.dynamic_int8_weights(module))
         weight = module.weight
-        return type(module), weight.data_ptr(), weight._version, weight.dtype, weight.device
+        return type(module), weight.data_ptr(), internals.tensor_version(weight), weight.dtype, weight.device
 
     return tuple(
         mark(module)
@@ -173,12 +174,12 @@ def _norm_of(module: nn.LayerNorm) -> Norm:
 
 def _is_int8(module: nn.Module) -> bool:
     """A dynamically quantised int8 linear layer (`engine.fast_draft`'s)."""
-    return hasattr(module, "_packed_params")
+    return internals.is_dynamic_int8(module)
 
 
 def _projection(module: nn.Module) -> Projection:
     """The layer's product; an int8 layer's operator called directly (as its module would call it)."""
-    return _int8_product(module._packed_params._packed_params, module) if _is_int8(module) else module
+    return _int8_product(internals.dynamic_int8_weights(module), module) if _is_int8(module) else module
 
 
 def _int8_product(packed: torch.ScriptObject, layer: nn.Module) -> Projection:
@@ -198,7 +199,7 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
         int8 = torch.cat([weight.int_repr() for weight in weights])
         row_scales = torch.cat([w.q_per_channel_scales() * s for w, s in zip(weights, scales, strict=True)])
         zero_points = torch.cat([weight.q_per_channel_zero_points() for weight in weights])
-        weight = torch._make_per_channel_quantized_tensor(int8, row_scales, zero_points, 0)
+        weight = internals.per_channel_int8(int8, row_scales, zero_points, 0)
         biases = [
             _bias(m.bias(), m.out_features, s, torch.float32) for m, s in zip(modules, scales, strict=True)
         ]
@@ -218,7 +219,7 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
             _bias(m.bias, m.out_features, s, fused.bias.dtype) for m, s in zip(modules, scales, strict=True)
         ]
         fused.bias.copy_(torch.cat(biases))
-    fused.__class__ = type(first)
+    internals.swap_class(fused, type(first))
     return fused
 
 

@@ -26,10 +26,10 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from transformers import WhisperForConditionalGeneration
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from specdec import internals
 from specdec.engine.host import send
 
 CrossKeysValues = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: (rows, heads, frames, head_dim) x2
@@ -163,7 +163,7 @@ class ExactLayers:
 
     def __init__(self, model: WhisperForConditionalGeneration) -> None:
         self.decoder_layers = list(model.model.decoder.layers)
-        self.implementation = model.config._attn_implementation
+        self.implementation = internals.attention_implementation(model.config)
 
     def mask(self, feed: Feed, dtype: torch.dtype) -> torch.Tensor:
         """transformers' additive mask (rows, 1, width, kv_length): 0 where a query may look, the dtype's
@@ -240,15 +240,10 @@ def unsupported(model: WhisperForConditionalGeneration) -> str | None:
     decoder = model.model.decoder
     modules = [model, model.model, decoder, *decoder.layers]
     modules += [attention for layer in decoder.layers for attention in (layer.self_attn, layer.encoder_attn)]
-    if any(_hooked(module) for module in modules):
+    if any(internals.has_forward_hooks(module) for module in modules):
         return "a hook on the model, its decoder, a decoder layer or an attention module"
-    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+    if internals.has_global_forward_hooks():
         return "a global module hook"
     if any(module.training for module in modules):  # those that drop out in training mode
         return "a decoder module in training mode (call model.eval())"
     return None
-
-
-def _hooked(module: nn.Module) -> bool:
-    """Forward hooks of torch's, or an accelerate hook (it sets `_hf_hook` on the module itself)."""
-    return bool(module._forward_hooks or module._forward_pre_hooks) or "_hf_hook" in module.__dict__

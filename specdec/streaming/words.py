@@ -16,8 +16,9 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from transformers.models.whisper.tokenization_whisper import LANGUAGES, _combine_tokens_into_words
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specdec import internals
 from specdec.trace import DecodeResult
 
 SAME_WORD_SECONDS = 0.5  # the newest hypothesis' copy of a committed word starts within this of it
@@ -58,7 +59,9 @@ def hypothesis_words(tokenizer, result: DecodeResult, offset: float) -> list[Str
     if not text:
         return []
     language = LANGUAGES.get(result.language, result.language)
-    _, groups, indices = _combine_tokens_into_words(tokenizer, [result.token_ids[i] for i in text], language)
+    _, groups, indices = internals.combine_tokens_into_words(
+        tokenizer, [result.token_ids[i] for i in text], language
+    )
     spans = result.token_spans
     found = []
     for tokens, group in zip(groups, indices, strict=True):

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from transformers.models.whisper.generation_whisper import _median_filter
+
+from specdec import internals
 
 TIME_PRECISION = 0.02  # seconds per encoder frame
 
@@ -39,7 +40,7 @@ def token_starts(
         return starts
     std = torch.std(weights, dim=-2, keepdim=True, unbiased=False)
     mean = torch.mean(weights, dim=-2, keepdim=True)
-    weights = _median_filter((weights - mean) / std, median_filter_width).mean(dim=1)
+    weights = internals.median_filter((weights - mean) / std, median_filter_width).mean(dim=1)
     text_indices, time_indices = dynamic_time_warping(-weights[0].cpu().double().numpy())
     jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
     jump_times = time_indices[jumps] * TIME_PRECISION

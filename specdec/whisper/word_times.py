@@ -13,8 +13,7 @@ shift; docs/usage.md.) Words: the tokens grouped as the ASR pipeline groups them
 to its last token's end.
 
 The alignment is transformers' `_extract_token_timestamps`, step for step, with a faster warping
-(`whisper.alignment`); the grouping is transformers' own `_combine_tokens_into_words` (private, but the
-pinned version is tested).
+(`whisper.alignment`); the grouping is transformers' own (a private function, `specdec.internals`).
 """
 
 from __future__ import annotations
@@ -25,8 +24,9 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
-from transformers.models.whisper.tokenization_whisper import LANGUAGES, _combine_tokens_into_words
+from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
+from specdec import internals
 from specdec.whisper import alignment
 
 TIME_DECIMALS = 2  # the pipeline's rounding of token times (the alignment's resolution is 0.02 s)
@@ -124,7 +124,7 @@ def cross_attentions(
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         for layer, (keys, values) in enumerate(cross):
             cache.cross_attention_cache.update(keys, values, layer)
-            cache.is_updated[layer] = True
+            internals.mark_cross_attention_computed(cache, layer)
     try:
         decoder(input_ids=input_ids, encoder_hidden_states=encoder_states, past_key_values=cache)
     finally:
@@ -165,7 +165,9 @@ def words(
     first_timestamp = tokenizer.convert_tokens_to_ids("<|notimestamps|>") + 1
     text = [i for i, token in enumerate(token_ids) if token not in special and token < first_timestamp]
     tokens = [token_ids[i] for i in text]
-    found, _, indices = _combine_tokens_into_words(tokenizer, tokens, LANGUAGES.get(language, language))
+    found, _, indices = internals.combine_tokens_into_words(
+        tokenizer, tokens, LANGUAGES.get(language, language)
+    )
     return tuple(
         Word(spans[text[group[0]]][0], spans[text[group[-1]]][1], word)
         for word, group in zip(found, indices, strict=True)
