@@ -1,8 +1,8 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
-base (options, trace, audio, wer, internals)  <-  whisper/  <-  engine/  <-  longform/  <-  api  <-  streaming/
-<-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  scheduler on longform/, for
-app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
+base (options, trace, audio, wer, internals)  <-  whisper/  <-  engine/  <-  longform/  <-  api
+<-  streaming/  <-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  scheduler on
+longform/, for app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
 """
 
 from __future__ import annotations

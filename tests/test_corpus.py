@@ -22,15 +22,16 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from specdec import cli
-from specdec.corpus import watchdog
+from specdec.corpus import pipeline, watchdog
 from specdec.corpus.inputs import CorpusItem, list_inputs
-from specdec.corpus.pipeline import FAULT_KILL_ACTOR_ENV, plan_resources
+from specdec.corpus.pipeline import plan_resources
 from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
 from specdec.corpus.rows import DoneRows, RunSettings, error_row
 from specdec.corpus.run import CorpusOptions, transcribe_corpus
@@ -132,6 +133,26 @@ def run_killed_once_a_row_is_written(command: list[str], out: Path) -> dict:
     return {"stderr": stderr, "started": started, "left_running": names}
 
 
+def dies_once(marker: Path) -> type:
+    """A test double of the corpus actor: the first to decode a batch exits its process before returning
+    it, as a crashed machine would (once per run: it creates `marker` first). Defined in a function, so
+    that Ray pickles the class itself for its actors instead of importing it from the tests."""
+
+    class DiesOnce(pipeline.Transcriber):
+        def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+            out = super().__call__(batch)
+            rows = zip(batch["row"], batch["resumed"], strict=True)
+            if not any(not str(row) and not resumed for row, resumed in rows):
+                return out  # nothing decoded: a resumed batch
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return out
+            os._exit(1)
+
+    return DiesOnce
+
+
 @pytest.fixture(scope="module")
 def resumed_run(ray_address, demo_models, tmp_path_factory):
     """`python -m specdec corpus` on six clips in a subprocess that starts its own Ray, killed once it
@@ -159,13 +180,10 @@ def resumed_run(ray_address, demo_models, tmp_path_factory):
 
     marker = folder / "actor-killed"
     runs = []
-    for fault in (str(marker), None):  # the killed run resumed; then the finished one again
-        os.environ.update({FAULT_KILL_ACTOR_ENV: fault} if fault else {})
-        try:
-            with contextlib.redirect_stdout(io.StringIO()) as printed:
-                exit_code = cli.main([*arguments, "--batch-size", "2"])
-        finally:
-            os.environ.pop(FAULT_KILL_ACTOR_ENV, None)
+    for actor in (dies_once(marker), pipeline.Transcriber):  # the killed run resumed; the finished one again
+        patched = mock.patch.object(pipeline, "Transcriber", actor)
+        with patched, contextlib.redirect_stdout(io.StringIO()) as printed:
+            exit_code = cli.main([*arguments, "--batch-size", "2"])
         with CorpusStore(out) as store:
             journal = store.rows()
         runs.append(

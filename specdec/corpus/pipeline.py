@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -31,9 +30,6 @@ from specdec.options import TranscribeOptions
 
 MIN_WORKER_CPUS = 0.1
 MAX_READ_BLOCKS = 4096  # read tasks: one per file, up to this many
-# Test fault injection: when set, the first actor to finish decoding a batch exits the process before
-# returning it (once per run: it creates this marker file first), as a crashed machine would.
-FAULT_KILL_ACTOR_ENV = "SPECDEC_TEST_FAULT_KILL_ACTOR_ONCE"
 
 
 @dataclass(frozen=True)
@@ -73,13 +69,10 @@ def plan_resources(
 class Transcriber:
     """A Ray Data actor: the model pair, loaded once; each call decodes one batch of read files."""
 
-    def __init__(
-        self, settings: RunSettings, threads: int, batch_size: int, fault_marker: str | None = None
-    ) -> None:
+    def __init__(self, settings: RunSettings, threads: int, batch_size: int) -> None:
         torch.set_num_threads(threads)
         self.settings = settings
         self.batch_size = batch_size
-        self.fault_marker = fault_marker
         self.whisper = SpeculativeWhisper(
             draft_model=settings.draft, final_model=settings.target, device=settings.device
         )
@@ -98,8 +91,6 @@ class Transcriber:
             keys = [str(batch["key"][i]) for i in indices]
             for i, row in zip(indices, self.decode(waveforms, paths, keys, language or None), strict=True):
                 rows[i] = json.dumps(row, ensure_ascii=False)
-        if pending:
-            self._maybe_die_for_test()
         return {"index": list(batch["index"]), "key": list(batch["key"]), "row": rows}
 
     def decode(self, waveforms: list[np.ndarray], paths: list[str], keys: list[str], language: str | None):
@@ -137,16 +128,6 @@ class Transcriber:
     def _row(transcription, waveform: np.ndarray, key: str) -> dict:
         return transcription_row(transcription, len(waveform) / SAMPLE_RATE, key)
 
-    def _maybe_die_for_test(self) -> None:
-        """Test fault injection (FAULT_KILL_ACTOR_ENV): die once, holding a decoded batch."""
-        if self.fault_marker is None:
-            return
-        try:
-            os.close(os.open(self.fault_marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        os._exit(1)
-
 
 def build_dataset(
     items: list[CorpusItem],
@@ -171,7 +152,6 @@ def build_dataset(
             "settings": settings,
             "threads": resources.threads,
             "batch_size": batch_size,
-            "fault_marker": os.environ.get(FAULT_KILL_ACTOR_ENV),
         },
         compute=ray.data.ActorPoolStrategy(size=resources.workers),
         batch_size=batch_size,
