@@ -67,29 +67,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     parse_args()  # --help and bad flags are answered here, before gradio, torch and the models load
 
-import asyncio
 import html
 import logging
 import secrets
-import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gradio as gr
-import numpy as np
-import soundfile as sf
 from starlette.middleware import Middleware
 
-from specdec.app import compare, downloads, live, openai_api, realtime, views, word_view
+from specdec.app import compare, downloads, live, openai_api, realtime, served, uploads, views, word_view
 from specdec.app.cancel_one import CancelOneEvent
 from specdec.app.highlight import STYLE, legend_html
-from specdec.app.jobs import MODEL_THREAD, PAGE, Caller, Jobs
+from specdec.app.jobs import MODEL_THREAD, Jobs
 from specdec.app.microphone import MICROPHONE_ELEMENT, PAGE_JS, StreamInOrder
+from specdec.app.served import (
+    JOBS,
+    MODEL_EVENTS,
+    ON_ZERO_GPU,
+    STORES,
+    compare_on_gpu,
+    transcribe_on_gpu,
+    user_error,
+)
 from specdec.app.store import (
     ModelStore,
-    RefusedAudio,
     UserError,
     demo_store,
     pairs_by_device,
@@ -97,6 +100,7 @@ from specdec.app.store import (
     store_summary,
     without_paths,
 )
+from specdec.app.uploads import GRADIO_CACHE, UPLOAD_CACHE
 from specdec.audio import AudioError, duration_text, load_audio
 from specdec.longform import LONG_FORM_MODES
 from specdec.options import (
@@ -172,82 +176,10 @@ OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The exa
     "(compare the Spanish, French and Dutch recordings against their references with the WER box). On a "
     "GPU the page runs whisper-large-v3.</small>"
 )
-RECENT_CHUNKS_KEPT = 64  # microphone chunks kept by upload path (_take_chunk): ~3 MB at 48 kHz
-RECENT_CHUNKS: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
-RECENT_CHUNKS_LOCK = threading.Lock()  # the stream's handlers run in several threads
 LIVE_TIME_LIMIT = 1800  # seconds of streaming per recording, so that one listener cannot hold the models
 STOP_STATUS_SECONDS = 0.5  # after Stop, how often the status says how much audio is still being decoded
-UPLOAD_CACHE = (60, 900)  # every minute, delete uploads older than 15 min (Gradio's delete_cache)
 SESSIONS_KEPT = 100  # browser sessions whose last outputs Gradio keeps in memory (its default: 10,000)
-GRADIO_CACHE = Path(os.environ.get("GRADIO_TEMP_DIR", Path(tempfile.gettempdir()) / "gradio")).resolve()
 logger = logging.getLogger("specdec.app")
-
-STORES: dict[str, ModelStore] = {}  # the served store, registered by build_demo
-JOBS: dict[str, Jobs] = {}  # its running jobs
-
-try:  # ZeroGPU on Hugging Face Spaces: hold a GPU only while decoding
-    import spaces
-
-    gpu_task, ON_ZERO_GPU = spaces.GPU(duration=compare.gpu_seconds), True  # longer for long clips
-except ImportError:
-
-    def gpu_task(function):
-        return function
-
-    ON_ZERO_GPU = False
-
-# Gradio starts the model events at once: they wait in the fair, bounded line of app.jobs, where a cancel
-# or a closed page takes them out at once (on ZeroGPU, which has no such line, one at a time in Gradio's)
-MODEL_EVENTS = 1 if ON_ZERO_GPU else None
-
-
-# ZeroGPU runs these in a worker process and pickles their arguments and results, so they take only
-# the request (the store, with its models and lock, is inherited by the worker, never pickled).
-@gpu_task
-def compare_on_gpu(request: compare.CompareRequest, progress=None) -> views.CompareView:
-    return compare.compare_clip(STORES["served"], request, progress)
-
-
-@gpu_task
-def transcribe_on_gpu(request: compare.CompareRequest, progress=None) -> tuple[str, str, dict]:
-    return compare.transcribe_clip(STORES["served"], request, progress)
-
-
-async def _shown_to_user(
-    task, request: compare.CompareRequest, progress: gr.Progress, session: str | None, submit=None
-):
-    """Run a GPU task as a cancellable job in the line for the models (the bar says how many jobs go
-    first), or, given `submit` (`Jobs.batched`'s), as a decoding that joins the running batch; a
-    UserError, a full line included, becomes a gr.Error the page shows (one log line, no traceback), a
-    refused upload is deleted, and the app keeps serving."""
-
-    def waiting(ahead: int) -> None:
-        progress(0, desc=f"Waiting for the models: {ahead} job{'s' * (ahead != 1)} before this one")
-
-    try:
-        if ON_ZERO_GPU:  # the task runs in ZeroGPU's own process: no cancellation scope reaches it
-            return await asyncio.to_thread(task, request, None)  # nor can it pickle the progress tracker
-        caller = Caller(PAGE, session)
-        if submit is not None:
-            return await JOBS["served"].batched(caller, submit, STORES["served"], request, progress)
-        return await JOBS["served"].run(caller, task, request, progress, waiting=waiting)
-    except RefusedAudio as error:
-        _delete_upload(request.audio)
-        raise user_error(error) from None
-    except UserError as error:
-        raise user_error(error) from None
-
-
-def user_error(error: Exception) -> gr.Error:
-    """The page's message for a problem the user can fix, logged as one line (not Gradio's traceback)."""
-    logger.warning("user error: %s", str(error)[:300])
-    return gr.Error(without_paths(str(error)), duration=None, print_exception=False)  # no server path
-
-
-def _delete_upload(path: str | None) -> None:
-    """Delete a refused upload at once (only a file in Gradio's upload cache, never an example)."""
-    if path and Path(path).resolve().is_relative_to(GRADIO_CACHE):
-        Path(path).unlink(missing_ok=True)
 
 
 def examples() -> list[list[str]]:
@@ -323,7 +255,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
             fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
-        view = await _shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
+        view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return (
             view.baseline_text,
             view.speculative_text,
@@ -366,7 +298,7 @@ def _compare_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
-        shown = await _shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
+        shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
         text, tokens, stats = shown
         return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
 
@@ -557,7 +489,7 @@ def checked_clip(path: str | None, max_seconds: float) -> tuple:
             return gr.skip(), ""
         problem = f"{name}: the recording is silent (below {compare.SILENT_DBFS:.0f} dBFS); nothing to decode"
     logger.warning("user error: %s", problem[:300])
-    _delete_upload(path)
+    uploads.delete_upload(path)
     return None, f'<p class="specdec-audio-note" style="color:#b91c1c">⚠️ {html.escape(problem)}</p>'
 
 
@@ -572,7 +504,7 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
             microphone = gr.Audio(
                 sources=["microphone"],
                 streaming=True,
-                type="filepath",  # each chunk's upload is read and deleted at once (_take_chunk)
+                type="filepath",  # each chunk's upload is read and deleted at once (uploads.take_chunk)
                 label="Microphone",
                 elem_id=MICROPHONE_ELEMENT,
                 waveform_options=gr.WaveformOptions(show_recording_waveform=False),
@@ -594,8 +526,8 @@ def _live_tab(store: ModelStore, choices: list[tuple[str, str]]) -> None:
     listener = gr.State(None, time_to_live=3600, delete_callback=lambda old: old and old.close(wait=False))
 
     def hear(audio, current, pair_label, language_code, seconds, reuse_hypothesis):
-        audio = _take_chunk(audio)
         try:
+            audio = uploads.take_chunk(audio)
             if current is None or current.stopped:  # each recording starts a new transcript
                 current = live.open_listener(store, pair_label, language_code, seconds, reuse_hypothesis)
             if not live.hear(current, audio):
@@ -645,35 +577,6 @@ def stop_listening(current: live.Listener | None) -> Iterator[tuple]:
         stopping.join(STOP_STATUS_SECONDS)
     page = live.transcript_html(current, finished=True)
     yield current, page, live.stats_html(current), live.latency_figure(current)
-
-
-def _take_chunk(path: str | None) -> tuple[int, np.ndarray] | None:
-    """A streamed microphone chunk as (rate, samples), its file deleted at once: the browser uploads every
-    chunk (~2 a second) as a file, which would otherwise stay in the upload cache for delete_cache's age
-    (Gradio's own upload of a chunk, when it is not the file handed over, still waits for that age).
-
-    Gradio names a cached upload by its content's hash and does not write a file it has cached before,
-    so a chunk equal to an earlier one (digital silence, a looped clip) arrives under the path of a file
-    already deleted here: the last chunks read are kept by path for that case."""
-    if path is None:
-        return None
-    with RECENT_CHUNKS_LOCK:
-        seen = RECENT_CHUNKS.get(path)
-    if seen is not None:
-        _delete_upload(path)
-        return seen
-    try:
-        samples, rate = sf.read(path, dtype="int16")
-    except (sf.SoundFileError, RuntimeError, OSError) as error:
-        reason = str(error).replace(path, Path(path).name)  # no server path in what the page shows
-        raise user_error(UserError(f"Microphone stream: unreadable chunk ({reason})")) from None
-    finally:
-        _delete_upload(path)
-    with RECENT_CHUNKS_LOCK:
-        RECENT_CHUNKS[path] = rate, samples
-        if len(RECENT_CHUNKS) > RECENT_CHUNKS_KEPT:
-            RECENT_CHUNKS.popitem(last=False)
-    return rate, samples
 
 
 def build_demo(store: ModelStore, banner: str, queue_size: int = QUEUE_SIZE) -> gr.Blocks:

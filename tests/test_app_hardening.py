@@ -23,7 +23,7 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
 import app
-from specdec.app import compare, views
+from specdec.app import compare, uploads, views
 from specdec.app import store as stores
 from specdec.engine import cancel
 
@@ -214,14 +214,14 @@ def test_a_microphone_chunk_equal_to_an_earlier_one_is_not_lost():
     chunk = folder / "audio.wav"
     samples = (np.arange(8_000) % 100).astype(np.int16)
     sf.write(chunk, samples, 16_000)
-    first = app._take_chunk(str(chunk))
+    first = uploads.take_chunk(str(chunk))
     assert not chunk.exists()  # deleted at once
-    again = app._take_chunk(str(chunk))
+    again = uploads.take_chunk(str(chunk))
     assert again[0] == first[0] == 16_000 and np.array_equal(again[1], samples)
     broken = folder / "broken.wav"
     broken.write_bytes(b"RIFF....not audio")
     with pytest.raises(Exception, match="unreadable chunk") as refused:
-        app._take_chunk(str(broken))
+        uploads.take_chunk(str(broken))
     assert str(folder) not in str(refused.value) and not broken.exists()  # no server path for the page
 
 
