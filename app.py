@@ -140,8 +140,8 @@ target's own output, token for token (greedy) or in distribution (sampling), onl
 Both runs use the same device and warm models; which one runs first alternates from click to click."""
 
 LIVE_HELP = """Press **Record** and speak: every update re-decodes the audio so far with speculative decoding.
-Whole segments that two updates in a row agree on are **committed**; the rest is *tentative* (grey) and
-may change.
+The words two updates agree on are **committed**, word by word as you speak; the rest is *tentative*
+(grey) and may change.
 Each token is coloured by who proposed it: the **previous hypothesis** (free: no model runs), the
 **draft model**, or the **target** itself. Every update's text is exactly the target's own on that audio.
 Only speech is decoded (Silero VAD): silence, noise and music are not, and a pause commits what you said.
