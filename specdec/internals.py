@@ -104,8 +104,10 @@ def mark_cross_attention_computed(cache, layer: int) -> None:
 
 def combine_tokens_into_words(tokenizer, tokens: list[int], language: str) -> tuple[list, list, list]:
     """(words, their token ids, their token indices), the tokens grouped as the ASR pipeline groups them
-    for word timestamps (punctuation joined to its word; characters for languages without spaces)."""
-    return tokenization_whisper._combine_tokens_into_words(tokenizer, tokens, language)
+    for word timestamps (punctuation joined to its word; characters for languages without spaces).
+    language: a code ("en") or a name ("english")."""
+    name = tokenization_whisper.LANGUAGES.get(language, language)
+    return tokenization_whisper._combine_tokens_into_words(tokenizer, tokens, name)
 
 
 def median_filter(values: torch.Tensor, width: int) -> torch.Tensor:

@@ -127,7 +127,7 @@ def test_tokens_group_into_words_and_the_median_filter_filters(real_models):
     tokenizer = WhisperTokenizer.from_pretrained(str(real_models["base"]))
     tokens = tokenizer.encode(" Ask not, what", add_special_tokens=False)
     words, _, indices = run(
-        "combine_tokens_into_words", lambda: internals.combine_tokens_into_words(tokenizer, tokens, "english")
+        "combine_tokens_into_words", lambda: internals.combine_tokens_into_words(tokenizer, tokens, "en")
     )
     check("combine_tokens_into_words", words == [" Ask", " not,", " what"], f"got {words!r}")
     check("combine_tokens_into_words", sum(map(len, indices)) == len(tokens), "tokens were lost")

@@ -148,7 +148,7 @@ def _fingerprint(model: WhisperForConditionalGeneration) -> tuple:
     weights), so that any change to them shows."""
 
     def mark(module: nn.Module) -> tuple:
-        if _is_int8(module):
+        if internals.is_dynamic_int8(module):  # engine.fast_draft's int8 layers
             return type(module), id(internals.dynamic_int8_weights(module))
         weight = module.weight
         return type(module), weight.data_ptr(), internals.tensor_version(weight), weight.dtype, weight.device
@@ -172,14 +172,13 @@ def _norm_of(module: nn.LayerNorm) -> Norm:
     return module.weight, module.bias, module.eps
 
 
-def _is_int8(module: nn.Module) -> bool:
-    """A dynamically quantised int8 linear layer (`engine.fast_draft`'s)."""
-    return internals.is_dynamic_int8(module)
-
-
 def _projection(module: nn.Module) -> Projection:
     """The layer's product; an int8 layer's operator called directly (as its module would call it)."""
-    return _int8_product(internals.dynamic_int8_weights(module), module) if _is_int8(module) else module
+    return (
+        _int8_product(internals.dynamic_int8_weights(module), module)
+        if internals.is_dynamic_int8(module)
+        else module
+    )
 
 
 def _int8_product(packed: torch.ScriptObject, layer: nn.Module) -> Projection:
@@ -194,7 +193,7 @@ def _fused(modules: list[nn.Module], scales: list[float]) -> Projection:
     Float layers: their rows concatenated (same class, so a PackedLinear stays packed). Int8 layers
     (per-channel): their int8 rows and per-row scales concatenated, so each output is what its own layer
     computes (the scale folded in exactly where it is a power of two, as 1 / sqrt(head_dim) is for 64)."""
-    if _is_int8(modules[0]):
+    if internals.is_dynamic_int8(modules[0]):
         weights = [module.weight() for module in modules]
         int8 = torch.cat([weight.int_repr() for weight in weights])
         row_scales = torch.cat([w.q_per_channel_scales() * s for w, s in zip(weights, scales, strict=True)])

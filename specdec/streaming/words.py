@@ -16,8 +16,6 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
 from specdec import internals
 from specdec.trace import DecodeResult
 
@@ -58,9 +56,8 @@ def hypothesis_words(tokenizer, result: DecodeResult, offset: float) -> list[Str
     text = [i for i, token in enumerate(result.token_ids) if token < first_special]
     if not text:
         return []
-    language = LANGUAGES.get(result.language, result.language)
     _, groups, indices = internals.combine_tokens_into_words(
-        tokenizer, [result.token_ids[i] for i in text], language
+        tokenizer, [result.token_ids[i] for i in text], result.language
     )
     spans = result.token_spans
     found = []

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, WhisperForConditionalGeneration
-from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec import internals
 from specdec.whisper import alignment
@@ -165,9 +164,7 @@ def words(
     first_timestamp = tokenizer.convert_tokens_to_ids("<|notimestamps|>") + 1
     text = [i for i, token in enumerate(token_ids) if token not in special and token < first_timestamp]
     tokens = [token_ids[i] for i in text]
-    found, _, indices = internals.combine_tokens_into_words(
-        tokenizer, tokens, LANGUAGES.get(language, language)
-    )
+    found, _, indices = internals.combine_tokens_into_words(tokenizer, tokens, language)
     return tuple(
         Word(spans[text[group[0]]][0], spans[text[group[-1]]][1], word)
         for word, group in zip(found, indices, strict=True)
