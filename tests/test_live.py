@@ -63,6 +63,11 @@ def test_every_update_is_the_target_alone_and_no_audio_is_lost(store):
     listener.session.feed = lambda piece: (recorded.append(piece), feed(piece))[1]  # a spy, same feed
     for chunk in browser_chunks(waveform):
         live.hear(listener, chunk)
+        # as a browser's chunks come, in time: each whole second heard is taken by the worker before the
+        # next chunk (fed all at once, a late-starting worker on a loaded machine took the recording whole)
+        deadline = time.monotonic() + 30
+        while len(listener.pending) >= SAMPLE_RATE and time.monotonic() < deadline:
+            time.sleep(0.01)
     listener.stop()
     stream = np.concatenate(recorded)
     assert abs(len(stream) - len(waveform)) <= 64  # the whole recording reached the session
