@@ -205,18 +205,19 @@ def test_stop_says_so_at_once_and_shows_the_committed_text_once_decoded(store):
     assert listener.stopped and "target passes" in status and 'class="tok tentative"' not in transcript
 
 
-def test_stop_decodes_all_that_is_left_in_one_update_after_the_one_running(store, monkeypatch):
+def test_stop_cancels_the_update_running_and_decodes_all_that_is_left_in_one(store, monkeypatch):
     """Stop while the worker is behind (4.2 s of speech arrive during a slow update, the last 0.2 s short
-    of a chunk): the update running ends, then all the audio left is decoded once more, together, and
-    committed: one decoding after Stop whatever the backlog (the whole chunks, the rest and the held-back
-    speech were three), and every second heard is in the final text's audio."""
+    of a chunk): the update running is cancelled at its next target pass (its audio back with the rest),
+    then all the audio left is decoded once, together, and committed: one decoding after Stop whatever the
+    backlog, and every second heard is in the final text's audio."""
     listener = live.open_listener(store, DRAFT, "en", 0.5, True)
     session, decoded = listener.session, []
     decode = session._decode
 
-    def slow(waveform=None):
+    def slow(waveform=None):  # a spy: the first decoding goes on only once Stop has been pressed
         decoded.append(time.monotonic())
-        time.sleep(0.3)
+        if len(decoded) == 1:
+            listener._cancel.wait(30)
         return decode(waveform)
 
     monkeypatch.setattr(session, "_decode", slow)
@@ -228,6 +229,8 @@ def test_stop_decodes_all_that_is_left_in_one_update_after_the_one_running(store
         live.hear(listener, chunk)
     stopped = time.monotonic()
     listener.stop()
-    assert sum(at >= stopped for at in decoded) == 1  # after the one running
+    updates = [update for update in session.updates if update.decoded]
+    assert len(decoded) == 2 and decoded[1] >= stopped  # the one running, cancelled; then one more
+    assert len(updates) == 1 and updates[0].buffer_start_seconds == 0.0  # it heard the cancelled audio too
     assert abs(fed_audio(session) - 4.2) < 0.01 and listener.stopped
     assert session.committed_text and not session.tentative_text

@@ -7,12 +7,15 @@ speech and a buffer that never agrees still lose nothing."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from specdec.audio import SAMPLE_RATE, load_audio
+from specdec.engine.cancel import Cancelled, cancellable
 from specdec.options import TranscribeOptions
 from specdec.streaming.session import StreamOptions, StreamSession, quietest_pause
 from specdec.trace import TARGET, DecodeResult, TokenRecord
@@ -70,6 +73,55 @@ def test_every_update_is_the_target_alone_on_its_buffer(separate_pair, trimmed_s
     accepted = sum(stats["accepted"] for update in decoded for stats in update.proposals.values())
     drafted = sum(stats["drafted"] for update in decoded for stats in update.proposals.values())
     assert 0 < accepted < drafted
+
+
+class SetAfterChecks(threading.Event):
+    """A test double for the Live view's Stop: an event that reads as set from its (checks + 1)-th check
+    on, so that a decoding is cancelled that many target passes or windows in."""
+
+    def __init__(self, checks: int) -> None:
+        super().__init__()
+        self.left = checks
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left < 0
+
+
+def comparable(value):
+    """A session attribute as plain values (arrays and tensors by their bytes, objects by their fields)."""
+    if isinstance(value, np.ndarray | torch.Tensor):
+        return (str(value.dtype), tuple(value.shape), np.asarray(value).tobytes())
+    if isinstance(value, list | tuple):
+        return [comparable(item) for item in value]
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return {name: comparable(item) for name, item in vars(value).items()}
+    return value
+
+
+def session_state(session: StreamSession) -> dict:
+    return {name: comparable(value) for name, value in vars(session).items() if name != "whisper"}
+
+
+@pytest.mark.parametrize("checks", [0, 3], ids=["before-the-first-pass", "three-passes-in"])
+def test_a_cancelled_feed_leaves_the_session_as_it_was(separate_pair, checks):
+    """Stop during an update (`engine.cancel`): the feed raises Cancelled and every piece of the session's
+    state is as before it, so the same chunk fed again gives what a session never cancelled gives."""
+    pieces = chunks(speech()[: 4 * SAMPLE_RATE])
+    options = StreamOptions(language="en", max_load=None)
+    cancelled, never = StreamSession(separate_pair, options), StreamSession(separate_pair, options)
+    for piece in pieces[:2]:
+        cancelled.feed(piece), never.feed(piece)
+    before = session_state(cancelled)
+    stop = SetAfterChecks(checks)
+    with pytest.raises(Cancelled), cancellable(stop):
+        cancelled.feed(pieces[2])
+    assert stop.left < 0 and session_state(cancelled) == before
+    for piece in pieces[2:]:
+        cancelled.feed(piece), never.feed(piece)
+    finished = cancelled.finish(), never.finish()
+    assert [u.hypothesis for u in cancelled.updates] == [u.hypothesis for u in never.updates]
+    assert finished[0].committed_text == finished[1].committed_text != ""
 
 
 def test_committed_text_only_grows(trimmed_stream):

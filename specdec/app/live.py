@@ -22,6 +22,7 @@ from specdec.app.highlight import token_texts
 from specdec.app.jobs import MODEL_THREAD, release_freed_memory
 from specdec.app.store import ModelStore, UserError, chosen_language, draft_note
 from specdec.audio import SAMPLE_RATE, AudioError, to_mono
+from specdec.engine.cancel import Cancelled, cancellable
 from specdec.streaming.session import TARGET_SOURCE, StreamOptions, StreamSession, Update
 from specdec.trace import DRAFT_MODEL, HYPOTHESIS
 from specdec.whisper.tokens import timestamp_begin
@@ -76,6 +77,7 @@ class Listener:
         self._stopping = False  # Stop: the worker takes no more audio (stop() decodes what is left)
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._cancel = threading.Event()  # Stop: the worker's update ends at its next target pass
         self._worker: threading.Thread | None = None
 
     @property
@@ -99,15 +101,17 @@ class Listener:
         self._wake.set()
 
     def stop(self) -> Update:
-        """End of the recording: the worker ends after the update it is decoding, all the audio left is
-        decoded in one more update, then the last hypothesis is committed."""
+        """End of the recording: the update the worker is decoding is cancelled (its audio goes back to
+        the audio left), all the audio left is decoded in one more update, then the last hypothesis is
+        committed."""
         self._stopping = True
+        self._cancel.set()
         self.close()
         tail = self._take(everything=True)
         if self.resampler is not None:
             tail = np.concatenate([tail, self.resampler.resample_chunk(np.zeros(0, np.float32), last=True)])
         if len(tail) >= SAMPLE_RATE // 10:
-            self._feed(tail)
+            self._run(self.session.feed, tail)
         self.stopped = True
         return self._run(self.session.finish)
 
@@ -139,7 +143,11 @@ class Listener:
             piece = self._take() if not self._stopping else np.zeros(0, dtype=np.float32)
             if len(piece):
                 try:
-                    self._feed(piece)
+                    self._run(self.session.feed, piece, cancel=self._cancel)
+                except Cancelled:  # Stop came: its audio is decoded with the rest by stop()
+                    with self._lock:
+                        self.pending = np.concatenate([piece, self.pending])
+                    return
                 except Exception as error:  # shown to the user by the next handler call
                     self.error = error
                     return
@@ -158,19 +166,18 @@ class Listener:
         self.merged += max(len(piece) // chunk - 1, 0)
         return piece
 
-    def _feed(self, piece: np.ndarray) -> None:
-        self._run(self.session.feed, piece)
-
-    def _run(self, work: Callable[..., Update], *args) -> Update:
-        """One session call on the model thread, holding the models; a decoded update's delay noted."""
-        update = MODEL_THREAD.submit(self._locked, work, *args).result()
+    def _run(self, work: Callable[..., Update], *args, cancel: threading.Event | None = None) -> Update:
+        """One session call on the model thread, holding the models (cancel: it raises `Cancelled` once
+        set, the session as it was); a decoded update's delay noted."""
+        update = MODEL_THREAD.submit(self._locked, cancel or threading.Event(), work, *args).result()
         if update.decoded:  # its delay first: the page reads the updates from another thread
             self.lag_seconds[update.index] = max(self.heard_seconds - update.stream_seconds, 0.0)
             self.last_decoded = update
         return update
 
-    def _locked(self, work: Callable[..., Update], *args) -> Update:
-        with self.work_lock:  # taken on the model thread, as jobs take it, so neither waits on the other
+    def _locked(self, cancel: threading.Event, work: Callable[..., Update], *args) -> Update:
+        # the lock taken on the model thread, as jobs take it, so neither waits on the other
+        with cancellable(cancel), self.work_lock:
             return work(*args)
 
     def _resample(self, rate: int, samples: np.ndarray) -> np.ndarray:

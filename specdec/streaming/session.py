@@ -27,17 +27,24 @@ Decoding keeps to a pace (`max_load`): an update that took L seconds makes the n
 `max_load` seconds of audio (whole chunks, never more than `max_wait_seconds`), so a slow machine decodes
 fewer, longer updates instead of spending all its time re-encoding the buffer. Speech held back is decoded
 at the next pause, where the utterance ends and at `finish()`, so nothing heard is left undecoded.
+
+A `feed` or `finish` whose decoding is cancelled (`engine.cancel`, the Live view's Stop) leaves the session
+as it was before the call, so the same audio can be fed again.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE
+from specdec.engine.cancel import Cancelled
 from specdec.engine.drafters import Drafter, PreviousHypothesis
 from specdec.engine.state import Row
 from specdec.options import TranscribeOptions, whisper_temperatures
@@ -196,6 +203,30 @@ class StreamSession:
         """Append 16 kHz mono float32 audio; on speech, decode the buffer (at the pace, see `max_load`) and
         commit the words two hypotheses agree on; where the utterance ends, commit the rest of it and cut
         the buffer."""
+        with self._undone_if_cancelled():
+            return self._feed(chunk)
+
+    def finish(self) -> Update:
+        """Stop: decode what was held back, then commit the last hypothesis as it stands."""
+        with self._undone_if_cancelled():
+            if self.held_back_seconds:
+                return self._decode_update(time.perf_counter(), {}, ends=True)
+            words = self._end_utterance()
+            return self._record(time.perf_counter(), decoded=False, committed_words=tuple(words))
+
+    @contextmanager
+    def _undone_if_cancelled(self) -> Iterator[None]:
+        """A call whose decoding is cancelled part way leaves every piece of state as it was before it."""
+        before = {
+            name: copy.copy(value) for name, value in vars(self).items() if name not in ("whisper", "options")
+        }
+        try:
+            yield
+        except Cancelled:
+            vars(self).update(before)
+            raise
+
+    def _feed(self, chunk: np.ndarray) -> Update:
         arrived = time.perf_counter()
         chunk_start = self.stream_seconds
         self.stream_seconds += len(chunk) / SAMPLE_RATE
@@ -225,13 +256,6 @@ class StreamSession:
         if activity.ongoing and self._holds_back():
             return self._record(arrived, decoded=False, held_back=True, **heard)
         return self._decode_update(arrived, heard, ends=not activity.ongoing)
-
-    def finish(self) -> Update:
-        """Stop: decode what was held back, then commit the last hypothesis as it stands."""
-        if self.held_back_seconds:
-            return self._decode_update(time.perf_counter(), {}, ends=True)
-        words = self._end_utterance()
-        return self._record(time.perf_counter(), decoded=False, committed_words=tuple(words))
 
     @property
     def committed_text(self) -> str:
