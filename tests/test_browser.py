@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,18 @@ def test_upload_run_and_see_highlighted_tokens(app_url, demo_models, tmp_path):
     _keep(screenshot, "compare.png")
 
 
+def _what_the_server_was_doing(page) -> str:
+    """The page's messages and status, and where each of the app's threads is (the server runs in this
+    process), for a failure that would otherwise say only that nothing came."""
+    toasts = page.eval_on_selector_all(".toast-body, .toast-wrap", "nodes => nodes.map(n => n.innerText)")
+    stack = {
+        thread.name: "".join(traceback.format_stack(sys._current_frames()[thread.ident])[-4:])
+        for thread in threading.enumerate()
+        if thread.name.startswith("specdec") and thread.ident in sys._current_frames()
+    }
+    return f"toasts {toasts}, status {page.inner_text('#live-stats')!r}, threads {stack}"
+
+
 def _keep(screenshot: Path, name: str) -> None:
     """Copy a screenshot into SPECDEC_SCREENSHOTS (made if missing), when set."""
     if os.environ.get("SPECDEC_SCREENSHOTS"):
@@ -113,8 +128,12 @@ def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
         page = context.new_page()
         page.goto(app_url)
         page.get_by_role("tab", name="Live").click()
+        page.wait_for_function("window.specdecMicrophoneLine === true")  # the tab's page script ran
         page.locator("#live-audio button.record-button").click()
-        page.wait_for_selector("#live-text span.tok", timeout=60_000)  # an update arrived while recording
+        try:
+            page.wait_for_selector("#live-text span.tok", timeout=60_000)  # an update arrived while recording
+        except playwright.TimeoutError:
+            pytest.fail(f"no update shown while recording: {_what_the_server_was_doing(page)}")
         page.wait_for_timeout(1_000)
         page.screenshot(path=str(tmp_path / "live-recording.png"), full_page=True)
         page.locator("#live-audio button.stop-button").click()
