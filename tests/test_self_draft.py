@@ -62,9 +62,9 @@ def test_training_fits_the_targets_readings(demo_models, distilled):
     readings = data.load_dataset(next((distilled / "cache").glob("*/training.pt")))
     target = load_pair(str(demo_models["target"]), None, device="cpu").target.model
     # the demo target's text is random ids, most of them past the CPU draft's 16384 most frequent
-    options = TrainingOptions(epochs=2, batch_size=4, learning_rate=1e-4, patience=2, vocabulary=None)
+    options = TrainingOptions(epochs=1, batch_size=4, learning_rate=1e-4, patience=2, vocabulary=None)
     _, history = train_draft(target, readings, readings, options)
-    agreements = [round(a.overall, 3) for a in history]  # measured 0.59 -> 0.80 -> 0.96
+    agreements = [round(a.overall, 3) for a in history]  # measured 0.59 -> 0.80 (-> 0.96 a second epoch)
     assert max(agreements[1:]) > agreements[0] + 0.1, agreements
 
 
