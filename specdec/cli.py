@@ -23,14 +23,12 @@ from typing import TYPE_CHECKING
 # torch, transformers, Ray and the models when it runs.
 from specdec.corpus.command import add_corpus_parser, run_corpus_command
 from specdec.distill.command import add_distill_parser, run_distill_command
-from specdec.longform import LONG_FORM_MODES
-from specdec.options import (
-    TASKS,
-    WHISPER_COMPRESSION_RATIO_THRESHOLD,
-    WHISPER_LOGPROB_THRESHOLD,
-    WHISPER_NO_SPEECH_THRESHOLD,
-    TranscribeOptions,
-    whisper_temperatures,
+from specdec.options import TranscribeOptions
+from specdec.request import (
+    add_model_arguments,
+    add_option_arguments,
+    command_line_fields,
+    options_from_arguments,
 )
 from specdec.subtitles import FORMATS
 from specdec.trace import DecodeResult, Step, speedup_bound
@@ -89,116 +87,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     transcribe.add_argument(
         "audio", nargs="+", help="audio or video files (wav, flac, mp3, m4a, webm, mp4, ...; any sample rate)"
     )
-    _model_arguments(transcribe)
-    transcribe.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
-    transcribe.add_argument("--task", choices=TASKS, default="transcribe")
-    transcribe.add_argument("--timestamps", action="store_true", help="predict timestamp tokens")
-    transcribe.add_argument(
-        "--word-timestamps",
-        action="store_true",
-        help="time every word from the target's alignment heads (as openai-whisper aligns them; the same "
-        "times with --timestamps or without): printed as [start -> end] word, in --json as words",
-    )
+    add_model_arguments(transcribe)
+    add_option_arguments(transcribe, command_line_fields(TranscribeOptions))
     transcribe.add_argument(
         "--word-subtitles",
         action="store_true",
         help="SRT and WebVTT files with a cue per word (needs --word-timestamps)",
-    )
-    transcribe.add_argument(
-        "--temperature",
-        type=float,
-        nargs="+",
-        default=None,
-        metavar="T",
-        help="0: greedy (default); above 0: sampling; several (e.g. 0 0.2 0.4 0.6 0.8 1): generate()'s "
-        "temperature fallback, a window failing --compression-ratio-threshold or --logprob-threshold "
-        "decoded again at the next",
-    )
-    transcribe.add_argument(
-        "--compression-ratio-threshold",
-        type=float,
-        default=None,
-        help="the fallback's loop test: a window whose tokens compress more than this under zlib fails",
-    )
-    transcribe.add_argument(
-        "--fallback",
-        action="store_true",
-        help="Whisper's temperature fallback against loops and unsure text: temperatures from --temperature "
-        f"up to 1 by 0.2 ({' '.join(f'{t:g}' for t in whisper_temperatures())} by default), "
-        f"--compression-ratio-threshold {WHISPER_COMPRESSION_RATIO_THRESHOLD} --logprob-threshold "
-        f"{WHISPER_LOGPROB_THRESHOLD} (each unless given; off by default, as generate())",
-    )
-    transcribe.add_argument(
-        "--condition-on-prev-tokens",
-        action="store_true",
-        default=None,
-        help="generate()'s: each window's prompt holds the text kept so far (unless the window before ended "
-        "at a temperature of 0.5 or more)",
-    )
-    transcribe.add_argument("--top-p", type=float, default=None)
-    transcribe.add_argument("--seed", type=int, default=None)
-    transcribe.add_argument(
-        "--num-draft-tokens",
-        type=int,
-        default=TranscribeOptions.num_draft_tokens,
-        help="k per target pass (the start value when adaptive; default %(default)s)",
-    )
-    transcribe.add_argument(
-        "--adaptive",
-        action=argparse.BooleanOptionalAction,
-        default=TranscribeOptions.adaptive,
-        help="adapt k to the acceptance (default); --no-adaptive: k fixed",
-    )
-    transcribe.add_argument(
-        "--cost-aware",
-        action="store_true",
-        help="batches and chunks: choose k each step from measured pass costs (greedy output unchanged)",
-    )
-    transcribe.add_argument(
-        "--max-new-tokens", "--max-tokens", type=int, default=None, help="per 30 s window, as generate()"
-    )
-    transcribe.add_argument(
-        "--acceptance-threshold",
-        type=float,
-        default=None,
-        help="LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top "
-        "probability (greedy only); faster, but the output is no longer the target's own (default: exact)",
-    )
-    transcribe.add_argument(
-        "--no-speech-threshold",
-        type=float,
-        default=None,
-        help="generate()'s no-speech rule: a window whose <|nospeech|> probability is above this and whose "
-        "average log-probability is below --logprob-threshold is left empty (off by default, as generate())",
-    )
-    transcribe.add_argument(
-        "--logprob-threshold", type=float, default=None, help="see --no-speech-threshold and --temperature"
-    )
-    transcribe.add_argument(
-        "--detect-no-speech",
-        action="store_true",
-        help=f"the rule with Whisper's values: --no-speech-threshold {WHISPER_NO_SPEECH_THRESHOLD} "
-        f"--logprob-threshold {WHISPER_LOGPROB_THRESHOLD}",
-    )
-    transcribe.add_argument(
-        "--batch-size",
-        type=int,
-        default=TranscribeOptions.batch_size,
-        help="files decoded together (same output as one at a time)",
-    )
-    transcribe.add_argument(
-        "--long-form",
-        choices=LONG_FORM_MODES,
-        default=TranscribeOptions.long_form,
-        help="audio over 30 s: sequential = generate()'s own output (default); chunked = overlapping 30 s "
-        "chunks decoded as a batch and merged like transformers' ASR pipeline (faster)",
-    )
-    transcribe.add_argument(
-        "--skip-silence",
-        action="store_true",
-        help="audio over 30 s: decode only the speech, long silences skipped (Silero VAD); times stay the "
-        "file's, but the output is no longer generate()'s on the whole file (--compare: the target alone on "
-        "the same speech)",
     )
     _device_argument(transcribe)
     transcribe.add_argument("--compare", action="store_true", help="also decode with the target alone")
@@ -228,7 +122,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         help="decoding's share of real time to stay under: after an update that took L s, the next waits for "
         "L / MAX_LOAD s of speech; 0 decodes every chunk (default: StreamOptions.max_load, 0.5)",
     )
-    _model_arguments(stream)
+    add_model_arguments(stream)
     stream.add_argument("--language", default=None, help="e.g. en, de; default: detected by the target")
     stream.add_argument(
         "--no-reuse", action="store_true", help="draft with the draft model only, not the last hypothesis"
@@ -240,13 +134,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     add_distill_parser(commands).set_defaults(command=run_distill_command)
 
     return parser
-
-
-def _model_arguments(command: argparse.ArgumentParser) -> None:
-    help_text = "hub id, short name, local or CTranslate2 (faster-whisper) folder"
-    defaults = "default by device: base + its self-draft on a CPU (bundled), large-v3 + tiny on a GPU"
-    command.add_argument("--target", default="auto", help=f"{help_text}; {defaults}")
-    command.add_argument("--draft", default="auto", help=help_text)
 
 
 def _device_argument(command: argparse.ArgumentParser) -> None:
@@ -382,24 +269,7 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
 def _transcribe(args: argparse.Namespace) -> int:
     from specdec.audio import AudioError
 
-    options = TranscribeOptions(
-        language=args.language,
-        task=args.task,
-        timestamps=args.timestamps,
-        word_timestamps=args.word_timestamps,
-        top_p=args.top_p,
-        seed=args.seed,
-        num_draft_tokens=args.num_draft_tokens,
-        adaptive=args.adaptive,
-        cost_aware=args.cost_aware,
-        max_new_tokens=args.max_new_tokens,
-        acceptance_threshold=args.acceptance_threshold,
-        **whisper_rules(args),
-        condition_on_prev_tokens=args.condition_on_prev_tokens,
-        batch_size=args.batch_size,
-        long_form=args.long_form,
-        skip_silence=args.skip_silence,
-    )
+    options = options_from_arguments(args, command_line_fields(TranscribeOptions))
     formats = output_formats(args)  # before the models load, so that a bad choice fails at once
     whisper = _load_pair(args)
     if args.compare:
@@ -431,31 +301,6 @@ def _transcribe(args: argparse.Namespace) -> int:
                 for path in speculative.save(args.output_dir or ".", formats, by_word=args.word_subtitles):
                     print(f"specdec: wrote {Path(path).resolve()}", file=sys.stderr)
     return exit_code
-
-
-def whisper_rules(args: argparse.Namespace) -> dict:
-    """The temperatures and the thresholds of generate()'s no-speech rule and temperature fallback: as
-    given, else Whisper's values with --detect-no-speech and --fallback (which also turns one temperature
-    into openai-whisper's steps from it up to 1)."""
-    given = args.temperature or [TranscribeOptions.temperature]
-    temperature = given[0] if len(given) == 1 else tuple(given)
-    whisper = {}
-    if args.detect_no_speech:
-        whisper |= {
-            "no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD,
-            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
-        }
-    if args.fallback:
-        whisper |= {
-            "compression_ratio_threshold": WHISPER_COMPRESSION_RATIO_THRESHOLD,
-            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
-        }
-        temperature = whisper_temperatures(given[0]) if len(given) == 1 else temperature
-    names = ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
-    thresholds = {name: getattr(args, name) for name in names}
-    return {"temperature": temperature} | {
-        name: whisper.get(name) if value is None else value for name, value in thresholds.items()
-    }
 
 
 def output_formats(args: argparse.Namespace) -> tuple[str, ...]:

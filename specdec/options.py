@@ -60,49 +60,95 @@ def check_long_form(long_form: str) -> None:
         raise ValueError(f"long_form must be one of {LONG_FORM_MODES}, not {long_form!r}")
 
 
+def option(default, help: str, **door) -> dataclasses.Field:
+    """A request option's one declaration: its default and help, and how each door shows it (`flags`:
+    its command-line names, first the main one, none: not on the command line; `nargs`, `metavar`,
+    `choices`). `specdec.request` builds the command line from these; the checks are `__post_init__`'s."""
+    return field(default=default, metadata={"help": help, **door})
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
-    language: str | None = None  # code or name ("de", "german"); None: the target detects it
-    task: str = "transcribe"  # or "translate" (to English)
-    timestamps: bool = False  # predict timestamp tokens (generate()'s return_timestamps=True)
-    word_timestamps: bool = False  # time each kept token (and so each word) from the target's alignment
-    # heads' cross-attention over the text tokens (`whisper.word_times`): one more decoder pass a window
-    temperature: float | tuple[float, ...] = 0.0  # 0: greedy; from MIN_TEMPERATURE: speculative sampling
-    # from the target's distribution; several (e.g. `whisper_temperatures()`): generate()'s temperature
-    # fallback, each window decoded at the first, and again at the next while it fails
-    # compression_ratio_threshold or logprob_threshold (the last one's output kept if every one fails);
-    # with neither threshold, the first
-    top_p: float | None = None  # nucleus sampling on the target's (and draft's) distribution
-    seed: int | None = None  # seeds the explicit torch.Generator used for sampling
-    num_draft_tokens: int = 5  # k: tokens the draft proposes per target pass (the start value if adaptive)
-    adaptive: bool = True  # grow k after a fully accepted draft, shrink it after a rejection, pause a draft
-    # that keeps failing (a language it does not speak): never much slower than the target alone; False: fixed
-    min_draft_tokens: int = 1  # bounds of adaptive k
-    max_draft_tokens: int = 12
-    cost_aware: bool = False  # batches: each step's k from measured pass costs (`draft_cost`); greedy
-    # output is unchanged, but seeded sampling then depends on timings
-    draft_confidence: float = 0.5  # stop drafting after a proposal the draft gives less than this
-    # probability (an unsure token is likely rejected, and what follows it surely is); 0: k tokens every time
-    max_new_tokens: int | None = None  # per 30 s window, like generate(); None: up to the model's limit
-    prompt_ids: tuple[int, ...] = ()  # previous text (target ids, no specials) before every window
+    language: str | None = option(None, "e.g. en, de, or a name (german); default: detected by the target")
+    task: str = option("transcribe", "transcribe, or translate (to English)", choices=TASKS)
+    timestamps: bool = option(False, "predict timestamp tokens (generate()'s return_timestamps=True)")
+    word_timestamps: bool = option(
+        False,
+        "time every word from the target's alignment heads' cross-attention over the text tokens (as "
+        "openai-whisper aligns them: one more decoder pass a window; the same times with timestamps or "
+        "without)",
+    )
+    temperature: float | tuple[float, ...] = option(
+        0.0,
+        f"0: greedy (default); from {MIN_TEMPERATURE}: speculative sampling from the target's distribution; "
+        "several (e.g. 0 0.2 0.4 0.6 0.8 1): generate()'s temperature fallback, each window decoded at the "
+        "first and again at the next while it fails the compression-ratio or log-probability threshold (the "
+        "last one's output kept if every one fails; with neither threshold, the first)",
+        nargs="+",
+        metavar="T",
+    )
+    top_p: float | None = option(None, "nucleus sampling on the target's (and draft's) distribution")
+    seed: int | None = option(None, "seeds the explicit torch.Generator used for sampling")
+    num_draft_tokens: int = option(
+        5, "k: tokens the draft proposes per target pass (the start value when adaptive)"
+    )
+    adaptive: bool = option(
+        True,
+        "grow k after a fully accepted draft, shrink it after a rejection, pause a draft that keeps failing "
+        "(a language it does not speak): never much slower than the target alone; off: k fixed",
+    )
+    min_draft_tokens: int = option(1, "the least k when adaptive")
+    max_draft_tokens: int = option(12, "the largest k when adaptive")
+    cost_aware: bool = option(
+        False,
+        "batches and chunks: each step's k from measured pass costs (greedy output unchanged; seeded "
+        "sampling then depends on timings)",
+    )
+    draft_confidence: float = option(
+        0.5,
+        "stop drafting after a proposal the draft gives less than this probability (an unsure token is "
+        "likely rejected, and what follows it surely is); 0: k tokens every time",
+    )
+    max_new_tokens: int | None = option(
+        None,
+        "per 30 s window, as generate(); default: up to the model's limit",
+        flags=("--max-new-tokens", "--max-tokens"),
+    )
+    prompt_ids: tuple[int, ...] = option(
+        (), "previous text (target ids, no specials) before every window", flags=()
+    )
     # generate()'s no-speech rule: a window is judged no speech, its text left empty, when the target's
     # probability of <|nospeech|> at <|startoftranscript|> exceeds no_speech_threshold and the average
     # log-probability of its tokens is below logprob_threshold (Whisper's values: 0.6 and -1.0; both needed).
     # None: the target's generation config's value, which OpenAI's checkpoints leave unset: off, as generate()
-    no_speech_threshold: float | None = None
-    logprob_threshold: float | None = None  # with a single temperature, alone it changes no output (a
-    # failing window has no next temperature); the windows' average log-probabilities are recorded
-    # generate()'s: a window whose tokens (as bytes, end-of-text included) compress by more than this under
-    # zlib fails and is decoded again at the next temperature (Whisper's value: 2.4); None: the target's
-    # generation config's (unset in OpenAI's checkpoints: off)
-    compression_ratio_threshold: float | None = None
-    # generate()'s: each window's prompt holds the text kept so far (its last 223 tokens) after
-    # <|startofprev|>, unless the window before ended at a temperature of 0.5 or more; the first window
-    # sees only prompt_ids. None: the target's generation config's (unset in OpenAI's checkpoints: off)
-    condition_on_prev_tokens: bool | None = None
-    # LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top
-    # probability (greedy windows only); the output is then no longer the target's. None: exact (the default)
-    acceptance_threshold: float | None = None
+    no_speech_threshold: float | None = option(
+        None,
+        "generate()'s no-speech rule: a window whose <|nospeech|> probability is above this and whose "
+        "average log-probability is below the log-probability threshold is left empty (off by default, as "
+        "generate())",
+    )
+    logprob_threshold: float | None = option(
+        None,
+        "the no-speech rule's second number, and the temperature fallback's: a window whose average "
+        "log-probability is below it fails (alone, with one temperature, it changes no output)",
+    )
+    compression_ratio_threshold: float | None = option(
+        None,
+        "the temperature fallback's loop test: a window whose tokens (as bytes, end-of-text included) "
+        "compress more than this under zlib fails (Whisper's value: 2.4; default: the target's generation "
+        "config's, unset in OpenAI's checkpoints: off)",
+    )
+    condition_on_prev_tokens: bool | None = option(
+        None,
+        "generate()'s: each window's prompt holds the text kept so far (its last 223 tokens), unless the "
+        "window before ended at a temperature of 0.5 or more (default: the target's generation config's, "
+        "unset in OpenAI's checkpoints: off)",
+    )
+    acceptance_threshold: float | None = option(
+        None,
+        "LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top "
+        "probability (greedy only); faster, but the output is no longer the target's own (default: exact)",
+    )
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -172,14 +218,25 @@ class DecodeOptions:
 class TranscribeOptions(DecodeOptions):
     """One request: how to decode it (every `DecodeOptions` field) and how to run it (below)."""
 
-    speculative: bool = True  # False: the target alone, the output speculation always equals
-    long_form: str = "sequential"  # audio over 30 s: Whisper's own algorithm, generate()'s output token for
-    # token; "chunked": overlapping 30 s chunks decoded as one batch and merged as transformers' ASR
-    # pipeline merges them (faster, not generate()'s output)
-    batch_size: int = 1  # clips up to 30 s decoded together (each as alone); chunked: chunks per batch
-    # (CHUNK_BATCH_SIZE when 1)
-    skip_silence: bool = False  # audio over 30 s: decode only its speech, long silences skipped (Silero
-    # VAD); times stay the whole file's, the output is no longer generate()'s on it
+    speculative: bool = option(
+        True, "False: the target alone, the output speculation always equals", flags=()
+    )
+    long_form: str = option(
+        "sequential",
+        "audio over 30 s: sequential = Whisper's own algorithm, generate()'s output token for token "
+        "(default); chunked = overlapping 30 s chunks decoded as one batch and merged as transformers' ASR "
+        "pipeline merges them (faster, not generate()'s output)",
+        choices=LONG_FORM_MODES,
+    )
+    batch_size: int = option(
+        1,
+        "clips up to 30 s decoded together, each as alone; chunked: chunks per batch (8 when 1)",
+    )
+    skip_silence: bool = option(
+        False,
+        "audio over 30 s: decode only its speech, long silences skipped (Silero VAD); times stay the whole "
+        "file's, but the output is no longer generate()'s on it",
+    )
     progress: Progress | None = field(default=None, compare=False)  # progress(fraction, message), long files
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """The package's shape, read from its own imports (docs/architecture.md): wings with one-way imports.
 
-base (options, trace, audio, wer, internals)  <-  whisper/  <-  engine/  <-  longform/  <-  api
+base (options, request, trace, audio, wer, internals)  <-  whisper/  <-  engine/  <-  longform/  <-  api
 <-  streaming/  <-  corpus/  <-  cli, app/ ;  distill/ on whisper/ and engine/, for cli ;  scheduler on
 longform/, for app/ ;  benchmarks/ (outside the package) on top, through public interfaces.
 """
@@ -15,6 +15,7 @@ PACKAGE = ROOT / "specdec"
 BASE = {
     "specdec",
     "specdec.options",
+    "specdec.request",
     "specdec.trace",
     "specdec.audio",
     "specdec.media",

@@ -101,7 +101,8 @@ def real_run(ray_address, real_models, tmp_path_factory):
     manifest = folder / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
     models = {"target": str(real_models["base"]), "draft": str(real_models["tiny.en"])}
-    options = CorpusOptions(**models, batch_size=2, **ONE_THREAD)
+    decode = DecodeOptions(word_timestamps=True)  # rows with timed words
+    options = CorpusOptions(**models, decode=decode, batch_size=2, **ONE_THREAD)
     summary = transcribe_corpus(list_inputs(str(manifest)), folder / "out", options, progress=False)
     return {"summary": summary, "rows": read_rows(folder / "out" / TRANSCRIPTS)}
 
@@ -218,11 +219,13 @@ def test_a_killed_run_that_started_ray_leaves_no_ray_process_behind(resumed_run)
 def test_rows_equal_transcribe_of_each_file_alone_on_the_real_pair(real_run, real_pair):
     rows = real_run["rows"]
     for row, clip, language in zip(rows[:2], ("en-weather", "de-bahnhof"), ("en", None), strict=True):
-        (alone,) = real_pair.transcribe(str(ASSETS / f"{clip}.wav"), return_stats=True, language=language)
+        path = str(ASSETS / f"{clip}.wav")
+        (alone,) = real_pair.transcribe(path, return_stats=True, language=language, word_timestamps=True)
         assert row["token_ids"] == list(alone.token_ids), (
             f"{clip}: corpus row differs from transcribe() alone"
         )
         assert row["text"] == alone.text and row["language"] == alone.language
+        assert row["words"] == alone.to_dict()["words"] and len(row["words"]) > 5
         assert row["segments"] is None and row["stats"]["num_generated"] >= len(alone.token_ids)
     assert [row["language"] for row in rows[:2]] == ["en", "de"]  # the manifest's; the detected one
     assert [round(row["duration_seconds"], 1) for row in rows[:2]] == [6.4, 4.6]

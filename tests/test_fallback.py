@@ -37,7 +37,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.utils import GenerationMixin
 from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
-from specdec import cli
+from specdec import cli, request
 from specdec.api import Transcription
 from specdec.app import compare, openai_schema
 from specdec.app.openai_schema import ApiError
@@ -656,7 +656,10 @@ def test_the_command_line_falls_back_and_says_so(separate_pair, tmp_path, monkey
 
 def test_the_command_lines_switch_is_whispers_values():
     def rules(*flags: str) -> dict:
-        return cli.whisper_rules(cli._parser("specdec").parse_args(["transcribe", "a.wav", *flags]))
+        args = cli._parser("specdec").parse_args(["transcribe", "a.wav", *flags])
+        options = request.options_from_arguments(args, request.command_line_fields(TranscribeOptions))
+        names = ("temperature", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
+        return {name: getattr(options, name) for name in names}
 
     off = {"compression_ratio_threshold": None, "logprob_threshold": None, "no_speech_threshold": None}
     assert rules() == {"temperature": 0.0, **off}  # generate()'s default: no fallback

@@ -10,8 +10,13 @@ from pathlib import Path
 from specdec.corpus.inputs import list_inputs
 from specdec.corpus.store import SUMMARY, TRANSCRIPTS
 from specdec.corpus.summary import Summary
-from specdec.longform import LONG_FORM_MODES
-from specdec.options import TASKS, DecodeOptions
+from specdec.options import DecodeOptions
+from specdec.request import (
+    add_model_arguments,
+    add_option_arguments,
+    command_line_fields,
+    options_from_arguments,
+)
 
 
 def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,26 +34,9 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
         "(and optionally a language column)"
     )  # fmt: skip
     corpus.add_argument("--out", required=True, help="output folder (created; reused to resume)")
-    help_text = "hub id, short name, local or CTranslate2 folder"
-    corpus.add_argument("--target", default="auto", help=f"{help_text}; auto: base on CPUs, large-v3 on GPUs")
-    corpus.add_argument("--draft", default="auto", help=f"{help_text}; auto: tiny.en on CPUs, tiny on GPUs")
-    corpus.add_argument("--language", default=None, help="e.g. en, de (a manifest's language column wins)")
-    corpus.add_argument("--task", choices=TASKS, default="transcribe")
-    corpus.add_argument("--timestamps", action="store_true", help="predict timestamps: rows get segments")
-    corpus.add_argument(
-        "--num-draft-tokens", type=int, default=DecodeOptions.num_draft_tokens, help="k per target pass"
-    )
-    corpus.add_argument(
-        "--adaptive",
-        action=argparse.BooleanOptionalAction,
-        default=DecodeOptions.adaptive,
-        help="adapt k to the acceptance (default); --no-adaptive: k fixed",
-    )
-    corpus.add_argument("--max-new-tokens", type=int, default=None, help="per 30 s window")
+    add_model_arguments(corpus)
+    add_option_arguments(corpus, (*command_line_fields(DecodeOptions), "long_form"))
     corpus.add_argument("--batch-size", type=int, default=8, help="files an actor decodes together")
-    corpus.add_argument(
-        "--long-form", choices=LONG_FORM_MODES, default="sequential", help="files over 30 s (see transcribe)"
-    )
     corpus.add_argument("--workers", type=int, default=None, help="actors; default one per GPU, else 1")
     corpus.add_argument("--threads-per-worker", type=int, default=None, help="torch threads per actor")
     corpus.add_argument(
@@ -74,27 +62,9 @@ def run_corpus_command(args: argparse.Namespace) -> Summary | None:
     # figures: docs/benchmarks.md). Read by the OpenMP runtime when torch loads, so set before the import
     # below (the actors inherit it); a caller that has loaded torch already keeps its own.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from specdec.corpus.run import CorpusError, CorpusOptions, transcribe_corpus  # Ray and torch: only to run
+    from specdec.corpus.run import CorpusError, transcribe_corpus  # Ray and torch: only to run
 
-    options = CorpusOptions(
-        target=args.target,
-        draft=args.draft,
-        device=args.device,
-        decode=DecodeOptions(
-            language=args.language,
-            task=args.task,
-            timestamps=args.timestamps,
-            num_draft_tokens=args.num_draft_tokens,
-            adaptive=args.adaptive,
-            max_new_tokens=args.max_new_tokens,
-        ),
-        long_form=args.long_form,
-        batch_size=args.batch_size,
-        workers=args.workers,
-        threads_per_worker=args.threads_per_worker,
-        gpus_per_worker=args.gpus_per_worker,
-        retry_errors=args.retry_errors,
-    )
+    options = corpus_options(args)
     items = list_inputs(args.input)
     try:
         summary = transcribe_corpus(items, args.out, options, address=args.address)
@@ -104,3 +74,21 @@ def run_corpus_command(args: argparse.Namespace) -> Summary | None:
     print(f"{Path(args.out) / TRANSCRIPTS}: {summary.files} rows")
     print(summary.report())
     return summary
+
+
+def corpus_options(args: argparse.Namespace):
+    """The run the parsed arguments describe: every decoding option as `transcribe` reads it."""
+    from specdec.corpus.run import CorpusOptions
+
+    return CorpusOptions(
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        decode=options_from_arguments(args, command_line_fields(DecodeOptions), DecodeOptions),
+        long_form=args.long_form,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
+        retry_errors=args.retry_errors,
+    )

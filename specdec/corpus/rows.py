@@ -1,13 +1,13 @@
 """A corpus run's output rows, and what tells a rerun a file is done.
 
-A row is `{audio, duration_seconds, language, text, segments, token_ids, stats, error, key}`: a
-transcript (error None) or an error (the transcript fields None). Rows belong to paths: every input
-path gets its own row. The key is the file's content hash and a digest of everything else that decides
-its transcript (models, device, decoding options with the file's language, long-form mode): a rerun
-with the same options keeps a path's row whose key still matches, lends a transcript of the same bytes
-made under another path (a copy, or the file before it moved) to this path without decoding it again,
-and transcribes anything else. The batch size and the number of workers are not in the key: they never
-change a transcript.
+A row is `{audio, duration_seconds, language, text, segments, words, token_ids, stats, error, key}`: a
+transcript (error None; segments None without timestamps, words without word timestamps) or an error (the
+transcript fields None). Rows belong to paths: every input path gets its own row. The key is the file's
+content hash and a digest of everything else that decides its transcript (models, device, decoding options
+with the file's language, long-form mode): a rerun with the same options keeps a path's row whose key
+still matches, lends a transcript of the same bytes made under another path (a copy, or the file before it
+moved) to this path without decoding it again, and transcribes anything else. The batch size and the
+number of workers are not in the key: they never change a transcript.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ ROW_FIELDS = (
     "language",
     "text",
     "segments",
+    "words",
     "token_ids",
     "stats",
     "error",
@@ -72,13 +73,14 @@ def row_key(content_sha256: str, settings_digest: str) -> str:
 
 def transcription_row(transcription: Transcription, duration_seconds: float, key: str) -> dict:
     """A transcribed file's row: text, timed segments (None without timestamps), token ids, statistics."""
-    segments = transcription.segments
+    segments, words = transcription.segments, transcription.words
     return {
         "audio": transcription.audio,
         "duration_seconds": duration_seconds,
         "language": transcription.language,
         "text": transcription.text,
         "segments": None if segments is None else [dataclasses.asdict(cue) for cue in segments],
+        "words": None if words is None else [dataclasses.asdict(word) for word in words],
         "token_ids": list(transcription.token_ids),
         "stats": transcription.result.stats(),
         "error": None,
