@@ -61,11 +61,11 @@ def serve(real: bool, without: set[str]) -> tuple[str, object]:
     """app.py's page on a free port (demo models or the CPU default pair); `without` leaves out parts of
     app.microphone: "constraints" (the raw signal), "transport" (the chunks in order, none replaced)."""
     import app
-    from specdec.app import microphone
+    from specdec.app import live_tab, microphone
     from specdec.app import store as stores
     from specdec.whisper.demo import build_demo_models
 
-    app.PAGE_JS = "".join(
+    live_tab.PAGE_JS = "".join(
         js
         for part, js in (("constraints", microphone.RAW_SIGNAL_JS), ("transport", microphone.IN_ORDER_JS))
         if part not in without

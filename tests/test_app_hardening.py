@@ -152,7 +152,7 @@ def test_a_refused_upload_is_deleted(client, tmp_path):
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
     with pytest.raises(Exception, match="refused-upload.wav"):
         client.predict(handle_file(str(bad)), SHARED_DRAFT, fallback=False, api_name="/transcribe")
-    assert not list(app.GRADIO_CACHE.rglob("refused-upload.wav"))
+    assert not list(uploads.GRADIO_CACHE.rglob("refused-upload.wav"))
     assert app.UPLOAD_CACHE  # and everything else ages out of Gradio's cache (delete_cache)
 
 
@@ -197,12 +197,12 @@ def test_a_soak_of_comparisons_holds_memory_and_disk(client):
         )
 
     call()
-    files = sum(1 for _ in app.GRADIO_CACHE.rglob("*")) if app.GRADIO_CACHE.exists() else 0
+    files = sum(1 for _ in uploads.GRADIO_CACHE.rglob("*")) if uploads.GRADIO_CACHE.exists() else 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB
     for _ in range(5):
         call()
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - peak
-    new_files = sum(1 for _ in app.GRADIO_CACHE.rglob("*")) - files
+    new_files = sum(1 for _ in uploads.GRADIO_CACHE.rglob("*")) - files
     print(f"5 more comparisons: peak memory +{grown:.0f} MB, {new_files} new files in the upload cache")
     assert grown < 150 and new_files <= 2
 
@@ -210,7 +210,7 @@ def test_a_soak_of_comparisons_holds_memory_and_disk(client):
 def test_a_microphone_chunk_equal_to_an_earlier_one_is_not_lost():
     # Gradio names a cached upload by its content's hash and never rewrites it: the same chunk again
     # (silence, a looped clip) arrives under the path of the file read and deleted the first time
-    folder = Path(tempfile.mkdtemp(dir=app.GRADIO_CACHE))  # where Gradio puts uploads
+    folder = Path(tempfile.mkdtemp(dir=uploads.GRADIO_CACHE))  # where Gradio puts uploads
     chunk = folder / "audio.wav"
     samples = (np.arange(8_000) % 100).astype(np.int16)
     sf.write(chunk, samples, 16_000)

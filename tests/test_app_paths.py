@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import app
-from specdec.app import compare, views
+from specdec.app import compare, served, views
 from specdec.app import store as stores
 
 CLIP = str(Path(__file__).parent.parent / "assets" / "en-fellow-americans.wav")
@@ -59,7 +59,7 @@ def test_an_error_names_no_server_path(store, folders):
     with pytest.raises(stores.UnavailablePair) as refused:
         store.whisper(missing)
     assert "whisper-gone" in str(refused.value)
-    assert_no_path(app.user_error(refused.value).message, folders)
+    assert_no_path(served.user_error(refused.value).message, folders)
     assert_no_path(app.banner_html(store, demo_mode=False, load_error=str(refused.value)), folders)
 
 

@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 from gradio_client import Client, handle_file
 
+from specdec.app import compare_tab, uploads
 from specdec.app import store as stores
 
 CLIP = Path(__file__).parent.parent / "assets" / "de-bahnhof.wav"
@@ -122,10 +123,9 @@ def test_protect_page_needs_a_key(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["cut-off", "garbage", "silent", "too-long"])
 def test_a_clip_is_checked_when_it_arrives_and_a_bad_one_is_named_beside_the_player(kind):
-    import app
 
-    app.GRADIO_CACHE.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=app.GRADIO_CACHE))  # where Gradio puts uploads
+    uploads.GRADIO_CACHE.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=uploads.GRADIO_CACHE))  # where Gradio puts uploads
     clip = folder / f"{kind}.wav"
     if kind == "garbage":
         clip.write_bytes(b"RIFF\x00\x00\x00\x00WAVEfmt garbage")
@@ -135,8 +135,8 @@ def test_a_clip_is_checked_when_it_arrives_and_a_bad_one_is_named_beside_the_pla
         seconds = 3 if kind == "silent" else 12
         samples = np.zeros(16_000 * seconds) if kind == "silent" else np.full(16_000 * seconds, 0.1)
         sf.write(clip, samples.astype(np.float32), 16_000)
-    audio, note = app.checked_clip(str(clip), max_seconds=10)
+    audio, note = compare_tab.checked_clip(str(clip), max_seconds=10)
     assert audio is None and not clip.exists()  # out of the box, and deleted
     assert f"{kind}.wav" in note and str(folder) not in note and "⚠️" in note
-    good, note = app.checked_clip(str(CLIP), max_seconds=10)
+    good, note = compare_tab.checked_clip(str(CLIP), max_seconds=10)
     assert note == "" and good is not None and CLIP.exists()  # a good clip stays, and the note is emptied

@@ -10,6 +10,7 @@ import pytest
 import soundfile as sf
 
 import app
+from specdec.app import controls
 
 SOURCES = app.ASSETS / "SOURCES.md"
 MAX_RECORDED_BYTES = 1_000_000  # the recordings added for the page, all together
@@ -50,7 +51,7 @@ def test_each_example_is_a_short_clip_with_its_reference_text(row):
     info = sf.info(clip)
     assert 1 < info.duration <= 30  # one window: the page's first click answers in seconds
     assert reference and reference == Path(clip).with_suffix(".txt").read_text(encoding="utf-8").strip()
-    assert language in app.LANGUAGES and Path(clip).name.startswith(f"{language}-")
+    assert language in controls.LANGUAGES and Path(clip).name.startswith(f"{language}-")
 
 
 @pytest.mark.parametrize("clip", example_names())

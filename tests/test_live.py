@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soxr
 
-from specdec.app import live
+from specdec.app import live, live_tab
 from specdec.app import store as stores
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.options import TranscribeOptions
@@ -192,12 +192,11 @@ def test_stop_says_so_at_once_and_shows_the_committed_text_once_decoded(store):
     """The Stop handler's first answer comes while the models are busy (another job holds them here), so
     the page never says "processing" about a recording that has stopped, and says how much audio is still
     to decode; then the committed text."""
-    import app
 
     listener = live.open_listener(store, DRAFT, "en", 1.0, True)
     for chunk in browser_chunks(speech(seconds=2.5)):
         live.hear(listener, chunk)
-    answers = app.stop_listening(listener)
+    answers = live_tab.stop_listening(listener)
     with store.work_lock, concurrent.futures.ThreadPoolExecutor(1) as pool:
         _, transcript, status, figure = pool.submit(next, answers).result(timeout=60)
     assert "Stopped after 2.5 s of audio: decoding the last" in status and not listener.stopped

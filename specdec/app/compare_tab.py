@@ -1,0 +1,331 @@
+"""The Compare view: the same clip decoded by the target alone and speculatively, side by side, or
+speculatively alone (Transcribe); its controls, its outputs and their wiring to the handlers
+(`specdec.app.compare`, run as jobs by `specdec.app.served`)."""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+
+import gradio as gr
+
+from specdec.app import compare, downloads, served, uploads, views, word_view
+from specdec.app.controls import LANGUAGES, pair_dropdown
+from specdec.app.highlight import STYLE, legend_html
+from specdec.app.served import MODEL_EVENTS, compare_on_gpu, transcribe_on_gpu
+from specdec.app.store import ModelStore
+from specdec.app.uploads import GRADIO_CACHE, UPLOAD_CACHE
+from specdec.audio import AudioError, duration_text, load_audio
+from specdec.longform import LONG_FORM_MODES
+from specdec.options import (
+    WHISPER_COMPRESSION_RATIO_THRESHOLD,
+    WHISPER_LOGPROB_THRESHOLD,
+    WHISPER_NO_SPEECH_THRESHOLD,
+    DecodeOptions,
+    TranscribeOptions,
+)
+from specdec.vad import rms_dbfs
+
+LONG_FORM_HELP = (
+    "sequential: Whisper's own long-form algorithm, segment by segment (the same output as generate()) · "
+    "chunked: 30 s chunks with 5 s overlap decoded as a batch, merged like the transformers ASR pipeline"
+)
+SKIP_SILENCE_HELP = (
+    "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
+    "on the whole file, and the badge compares with the target alone on the same speech"
+)
+NO_SPEECH_HELP = (
+    f"openai-whisper's transcribe() defaults (no-speech probability over {WHISPER_NO_SPEECH_THRESHOLD:g} and "
+    f"average log-probability under {WHISPER_LOGPROB_THRESHOLD:g}): a window judged silence is left empty; "
+    "off, every window is decoded, as generate() does by default"
+)
+FALLBACK_HELP = (
+    f"openai-whisper's transcribe() defaults: a window whose tokens compress more than "
+    f"{WHISPER_COMPRESSION_RATIO_THRESHOLD:g} times under zlib (a loop) or whose average log-probability is "
+    f"under {WHISPER_LOGPROB_THRESHOLD:g} is decoded again, sampled, at the next temperature up to 1 by 0.2, "
+    "as generate() does with those options; off: one temperature, generate()'s default"
+)
+LOSSY_HELP = (
+    "above 0 the output is NO LONGER the target's: a draft token is kept where the target gives it at least "
+    "this share of its own top probability (greedy only); Compare shows what that cost against the target "
+    "alone beside what it saved"
+)
+OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The example clips)
+    "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often "
+    "(compare the Spanish, French and Dutch recordings against their references with the WER box). On a "
+    "GPU the page runs whisper-large-v3.</small>"
+)
+logger = logging.getLogger("specdec.app")
+
+
+def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: list[list[str]]) -> None:
+    """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
+
+    async def run_compare(
+        audio,
+        pair,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+        long_form,
+        reference,
+        skip_silence,
+        word_timestamps=False,
+        detect_no_speech=True,
+        fallback=True,
+        acceptance_threshold=0.0,
+        request: gr.Request = None,
+        progress=gr.Progress(),
+    ):
+        asked = compare.CompareRequest(
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
+            seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
+            skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
+            fallback=fallback, acceptance_threshold=acceptance_threshold,
+        )  # fmt: skip
+        view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
+        return (
+            view.baseline_text,
+            view.speculative_text,
+            view.verdict_html,
+            view.tokens_html,
+            view.metrics,
+            view.timeline,
+            view.steps,
+            view.breakdown,
+            view.wer_html,
+            views.details(view),
+            view.windows,
+            word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), audio),
+            view.comparison.speculative,  # for the downloads
+        )
+
+    async def run_transcribe(
+        audio,
+        pair,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+        long_form,
+        skip_silence,
+        word_timestamps=False,
+        detect_no_speech=True,
+        fallback=True,
+        acceptance_threshold=0.0,
+        request: gr.Request = None,
+        progress=gr.Progress(),
+    ):
+        asked = compare.CompareRequest(
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
+            long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
+            detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
+        )  # fmt: skip
+        submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
+        shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
+        text, tokens, stats = shown
+        return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
+
+    pair = pair_dropdown(store, choices)  # the page's width: a pair's name is read whole
+    with gr.Row():
+        with gr.Column(scale=3):
+            limit = duration_text(store.max_seconds)
+            audio = gr.Audio(
+                sources=["upload", "microphone"],
+                type="filepath",
+                label=f"Audio (up to {limit}; over 30 s is decoded long-form)",
+            )
+            audio_note = gr.HTML("", elem_id="audio-note")  # what is wrong with a clip, when it arrives
+            # the audio box takes only what the browser types audio/*, not a video or a .webm recording
+            video = gr.UploadButton(
+                "Or upload a video (mp4, webm, mov, mkv): its first audio track",
+                file_types=["audio", "video", ".m4a", ".webm", ".mkv", ".mov"],
+                size="sm",
+            )
+            reference = gr.Textbox(
+                "",
+                label=f"Reference text (optional, for WER; up to {compare.MAX_REFERENCE_CHARS:,} characters "
+                f"and {compare.MAX_REFERENCE_WORDS:,} words)",
+                lines=2,
+                max_length=compare.MAX_REFERENCE_CHARS,
+            )
+        with gr.Column(scale=2):
+            with gr.Row():
+                language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
+                task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+            with gr.Row():
+                draft_length = gr.Radio(
+                    ["adaptive", "fixed"],
+                    value="adaptive",
+                    label="Draft length",
+                    info="adaptive: k follows the acceptance (chunked, greedy: the batch's measured costs)",
+                )
+                num_draft_tokens = gr.Slider(
+                    DecodeOptions.min_draft_tokens,
+                    DecodeOptions.max_draft_tokens,
+                    value=DecodeOptions.num_draft_tokens,
+                    step=1,
+                    label="Draft tokens k (start value)",
+                )
+            with gr.Row():
+                temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
+                # bounds checked by compare.checked_seed: Gradio's own check prints a traceback per call
+                seed = gr.Number(value=0, precision=0, label=f"Seed (0 to {compare.MAX_SEED})")
+            timestamps = gr.Checkbox(
+                label="Timestamps", info="segment times; the SRT and WebVTT downloads need them"
+            )
+            word_timestamps = gr.Checkbox(
+                label="Word timestamps",
+                info="each word timed from the target's own alignment heads; click a word to play the clip "
+                "from it (one more decoder pass a window, in both runs of a Compare)",
+            )
+            long_form = gr.Radio(
+                list(LONG_FORM_MODES),
+                value=TranscribeOptions.long_form,
+                label="Long audio (over 30 s)",
+                info=LONG_FORM_HELP,
+            )
+            skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
+            no_speech = gr.Checkbox(True, label="Leave windows of no speech empty", info=NO_SPEECH_HELP)
+            fallback = gr.Checkbox(True, label="Temperature fallback against loops", info=FALLBACK_HELP)
+            with gr.Accordion("Lossy speed-up (off: the output is the target's own)", open=False):
+                acceptance_threshold = gr.Slider(
+                    0.0, 1.0, value=0.0, step=0.05, label="Acceptance threshold (0 = exact)",
+                    info=LOSSY_HELP, elem_id="acceptance-threshold",
+                )  # fmt: skip
+    with gr.Row():
+        run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
+        quick = gr.Button("Transcribe (speculative only)", variant="secondary")
+    gr.Examples(
+        examples,
+        [audio, reference, language],
+        label="Example clips: people speaking (a LibriVox reading, John F. Kennedy in 1961, phone prompts, "
+        "a game's Dutch voice acting), then two espeak-ng voices",
+    )
+    gr.Markdown(OTHER_LANGUAGES)
+    verdict = gr.HTML(label="Verdict", elem_id="verdict")
+    with gr.Row():
+        baseline_text = gr.Textbox(label="Target alone", lines=3, elem_id="baseline-text")
+        speculative_text = gr.Textbox(label="Speculative decoding", lines=3, elem_id="speculative-text")
+    with gr.Row():  # the speculative transcript as files, after a Compare run
+        download_buttons = [
+            gr.DownloadButton(f"Download {label}", visible=False, size="sm", elem_id=f"download-{name}")
+            for name, label in downloads.DOWNLOADS.items()
+        ]
+    transcript = gr.State(None, time_to_live=UPLOAD_CACHE[1])  # the last run's speculative Transcription
+    gr.Markdown("### Speculative transcript, token by token (hover a token for its step and probabilities)")
+    tokens = gr.HTML(STYLE + legend_html(), label="Tokens", elem_id="tokens")
+    words = gr.HTML("", label="Words", elem_id="words", js_on_load=word_view.JS)
+    metrics = gr.Dataframe(
+        headers=["metric", "target alone", "speculative"],
+        label="Metrics",
+        interactive=False,
+        max_height=2000,  # every row in view (Gradio's 500 px hid the last ones behind a scroll bar)
+        elem_id="metrics",
+    )
+    with gr.Row():
+        timeline = gr.Plot(label="Tokens over time")
+        breakdown = gr.Plot(label="Time breakdown")
+    steps = gr.Plot(label="Per target pass")
+    windows = gr.Plot(label="File timeline (windows / chunks)")
+    word_errors = gr.HTML(label="Word error rate", elem_id="wer")
+    with gr.Accordion("Details (JSON)", open=False):
+        details = gr.JSON(label="Statistics")
+
+    settings = [
+        audio,
+        pair,
+        language,
+        task,
+        timestamps,
+        draft_length,
+        num_draft_tokens,
+        temperature,
+        seed,
+        long_form,
+    ]
+    outputs = [
+        baseline_text,
+        speculative_text,
+        verdict,
+        tokens,
+        metrics,
+        timeline,
+        steps,
+        breakdown,
+        word_errors,
+        details,
+        windows,  # late, so that API clients' indices of the outputs before it still hold
+        words,
+        transcript,  # a State: never sent to API clients
+    ]
+
+    def cleared(request: gr.Request):  # before a run: no output of an earlier run stays beside the new one
+        downloads.clear(downloads_folder(request))
+        hidden = [gr.DownloadButton(value=None, visible=False) for _ in download_buttons]
+        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None, "", None, *hidden]
+
+    def offer_downloads(transcription, request: gr.Request):
+        files = downloads.write(transcription, downloads_folder(request))
+        return [gr.DownloadButton(value=path, visible=path is not None) for path in files]
+
+    run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
+        run_compare,
+        [*settings, reference, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
+        outputs,
+        api_name="compare",
+        concurrency_limit=MODEL_EVENTS,
+        concurrency_id="models",
+    ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
+    quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
+        run_transcribe,
+        [*settings, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
+        [speculative_text, tokens, details, words],
+        api_name="transcribe",
+        concurrency_limit=MODEL_EVENTS,
+        concurrency_id="models",
+    )
+    video.upload(lambda path: path, video, audio, queue=False, api_visibility="private")  # into the audio box
+    audio.change(  # uploads, recordings, examples and videos are read as a run would, when they arrive
+        lambda path: checked_clip(path, store.max_seconds),
+        audio,
+        [audio, audio_note],
+        concurrency_limit=2,
+        concurrency_id="clip-check",
+        show_progress="minimal",
+        api_visibility="private",
+    )
+
+
+def checked_clip(path: str | None, max_seconds: float) -> tuple:
+    """(the audio box, the note beside it) for a clip that just arrived, read as a run reads it: a clip
+    that a run would refuse (unreadable, cut off, silent, too long) is taken out of the box and deleted,
+    and the note says what is wrong; a good one stays, and the note is emptied."""
+    if not path:
+        return gr.skip(), gr.skip()  # (emptied: by the user, or here)
+    name = Path(path).name
+    try:
+        waveform = load_audio(path, max_seconds=max_seconds)
+    except AudioError as error:
+        problem = str(error).replace(str(path), name)  # the file by its own name, not the server's path
+    else:
+        if rms_dbfs(waveform) >= compare.SILENT_DBFS:
+            return gr.skip(), ""
+        problem = f"{name}: the recording is silent (below {compare.SILENT_DBFS:.0f} dBFS); nothing to decode"
+    logger.warning("user error: %s", problem[:300])
+    uploads.delete_upload(path)
+    return None, f'<p class="specdec-audio-note" style="color:#b91c1c">⚠️ {html.escape(problem)}</p>'
+
+
+def downloads_folder(request: gr.Request) -> Path:
+    return downloads.session_folder(GRADIO_CACHE, request.session_hash)
