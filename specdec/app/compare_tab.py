@@ -57,10 +57,19 @@ OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The exa
     "GPU the page runs whisper-large-v3.</small>"
 )
 logger = logging.getLogger("specdec.app")
+REQUEST_FIELDS = (  # compare.CompareRequest's fields, in the order the buttons pass the controls' values
+    "audio", "pair", "language", "task", "timestamps", "draft_length", "num_draft_tokens", "temperature",
+    "seed", "long_form", "skip_silence", "word_timestamps", "detect_no_speech", "fallback",
+    "acceptance_threshold",
+)  # fmt: skip
 
 
 def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: list[list[str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
+
+    def request_of(*settings, **more) -> compare.CompareRequest:
+        """The request both buttons make of the controls' values (in `REQUEST_FIELDS` order)."""
+        return compare.CompareRequest(**dict(zip(REQUEST_FIELDS, settings, strict=True)), **more)
 
     async def run_compare(
         audio,
@@ -82,29 +91,27 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = compare.CompareRequest(
-            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
-            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
-            seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
-            skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
-            fallback=fallback, acceptance_threshold=acceptance_threshold,
+        asked = request_of(
+            audio, pair, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed,
+            long_form, skip_silence, word_timestamps, detect_no_speech, fallback, acceptance_threshold,
+            reference=reference, baseline_first=store.next_baseline_first(),
         )  # fmt: skip
         view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
-        return (
-            view.baseline_text,
-            view.speculative_text,
-            view.verdict_html,
-            view.tokens_html,
-            view.metrics,
-            view.timeline,
-            view.steps,
-            view.breakdown,
-            view.wer_html,
-            views.details(view),
-            view.windows,
-            word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), audio),
-            view.comparison.speculative,  # for the downloads
-        )
+        return {
+            baseline_text: view.baseline_text,
+            speculative_text: view.speculative_text,
+            verdict: view.verdict_html,
+            tokens: view.tokens_html,
+            metrics: view.metrics,
+            timeline: view.timeline,
+            steps: view.steps,
+            breakdown: view.breakdown,
+            word_errors: view.wer_html,
+            details: views.details(view),
+            windows: view.windows,
+            words: word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), audio),
+            transcript: view.comparison.speculative,  # for the downloads
+        }
 
     async def run_transcribe(
         audio,
@@ -125,16 +132,19 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = compare.CompareRequest(
-            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
-            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
-            long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
-            detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
+        asked = request_of(
+            audio, pair, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed,
+            long_form, skip_silence, word_timestamps, detect_no_speech, fallback, acceptance_threshold,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
-        text, tokens, stats = shown
-        return text, tokens, stats, word_view.words_html(stats.get("words"), audio)
+        text, tokens_html, stats = shown
+        return {
+            speculative_text: text,
+            tokens: tokens_html,
+            details: stats,
+            words: word_view.words_html(stats.get("words"), audio),
+        }
 
     pair = pair_dropdown(store, choices)  # the page's width: a pair's name is read whole
     with gr.Row():
@@ -272,8 +282,9 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
 
     def cleared(request: gr.Request):  # before a run: no output of an earlier run stays beside the new one
         downloads.clear(downloads_folder(request))
-        hidden = [gr.DownloadButton(value=None, visible=False) for _ in download_buttons]
-        return ["", "", "", STYLE + legend_html(), None, None, None, None, "", None, None, "", None, *hidden]
+        texts = dict.fromkeys([baseline_text, speculative_text, verdict, word_errors, words], "")
+        empty = dict.fromkeys(outputs) | texts | {tokens: STYLE + legend_html()}  # the rest: None
+        return empty | {button: gr.DownloadButton(value=None, visible=False) for button in download_buttons}
 
     def offer_downloads(transcription, request: gr.Request):
         files = downloads.write(transcription, downloads_folder(request))
