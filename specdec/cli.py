@@ -269,7 +269,7 @@ def stream_report(summary: StreamSummary, options: StreamOptions) -> str:
 def _transcribe(args: argparse.Namespace) -> int:
     from specdec.audio import AudioError
 
-    options = options_from_arguments(args, command_line_fields(TranscribeOptions))
+    options = transcribe_options(args)
     formats = output_formats(args)  # before the models load, so that a bad choice fails at once
     whisper = _load_pair(args)
     if args.compare:
@@ -301,6 +301,11 @@ def _transcribe(args: argparse.Namespace) -> int:
                 for path in speculative.save(args.output_dir or ".", formats, by_word=args.word_subtitles):
                     print(f"specdec: wrote {Path(path).resolve()}", file=sys.stderr)
     return exit_code
+
+
+def transcribe_options(args: argparse.Namespace) -> TranscribeOptions:
+    """The options the parsed `transcribe` arguments give (read as `corpus` reads its own)."""
+    return options_from_arguments(args, command_line_fields(TranscribeOptions))
 
 
 def output_formats(args: argparse.Namespace) -> tuple[str, ...]:

@@ -65,34 +65,30 @@ def flags(field: dataclasses.Field) -> tuple[str, ...]:
     return tuple(field.metadata.get("flags", (f"--{field.name.replace('_', '-')}",)))
 
 
-def add_option_arguments(
-    parser: argparse.ArgumentParser, names: Iterable[str], defaults: dict | None = None
-) -> None:
-    """The arguments of the fields `names` (defaults: a command's own default for some of them, its help
-    saying so), then the presets of the ones they set."""
+def add_option_arguments(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    """The arguments of the fields `names`, then the presets of the ones they set."""
     declared = _fields()
     names = tuple(names)
-    defaults = defaults or {}
     for name in names:
         field = declared[name]
-        parser.add_argument(*flags(field), dest=name, **_argument(field, defaults.get(name, field.default)))
+        parser.add_argument(*flags(field), dest=name, **_argument(field))
     for preset, (help_text, sets) in PRESETS.items():
         if set(sets) <= set(names):
             parser.add_argument(f"--{preset.replace('_', '-')}", action="store_true", help=help_text)
 
 
 def options_from_arguments(
-    args: argparse.Namespace, names: Iterable[str], options: type = TranscribeOptions, **fixed
+    args: argparse.Namespace, names: Iterable[str], options: type = TranscribeOptions
 ) -> DecodeOptions:
     """The options the parsed arguments of `names` give (each preset's values where no argument gives
-    its own), with `fixed` fields beside them."""
+    its own)."""
     given = {name: getattr(args, name) for name in names}
     for preset, (_, sets) in PRESETS.items():
         if getattr(args, preset, False):
             given |= {name: value for name, value in sets.items() if given.get(name) is None}
     if "temperature" in given:
         given["temperature"] = _temperature(given["temperature"], getattr(args, "fallback", False))
-    return options(**given, **fixed)
+    return options(**given)
 
 
 def _temperature(given: list[float] | None, fallback: bool) -> float | tuple[float, ...]:
@@ -103,9 +99,9 @@ def _temperature(given: list[float] | None, fallback: bool) -> float | tuple[flo
     return whisper_temperatures(given[0]) if fallback else given[0]
 
 
-def _argument(field: dataclasses.Field, default) -> dict:
+def _argument(field: dataclasses.Field) -> dict:
     """argparse's keywords for one declared field."""
-    kind = _kind(_types()[field.name])
+    kind, default = _kind(_types()[field.name]), field.default
     keywords = {"help": field.metadata["help"]}
     if kind is bool:
         if default is True:
@@ -114,7 +110,7 @@ def _argument(field: dataclasses.Field, default) -> dict:
     keywords |= {key: field.metadata[key] for key in ("nargs", "metavar", "choices") if key in field.metadata}
     if "nargs" in keywords:
         default = None  # read back by options_from_arguments (a list, or nothing given)
-    if default is not None and "%(default)s" not in keywords["help"]:
+    if default is not None:
         keywords["help"] += " (default %(default)s)"
     return keywords | {"type": kind, "default": default}
 

@@ -37,7 +37,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.utils import GenerationMixin
 from transformers.models.whisper.generation_whisper import WhisperGenerationMixin
 
-from specdec import cli, request
+from specdec import cli
 from specdec.api import Transcription
 from specdec.app import compare, openai_schema
 from specdec.app.openai_schema import ApiError
@@ -657,7 +657,7 @@ def test_the_command_line_falls_back_and_says_so(separate_pair, tmp_path, monkey
 def test_the_command_lines_switch_is_whispers_values():
     def rules(*flags: str) -> dict:
         args = cli._parser("specdec").parse_args(["transcribe", "a.wav", *flags])
-        options = request.options_from_arguments(args, request.command_line_fields(TranscribeOptions))
+        options = cli.transcribe_options(args)
         names = ("temperature", "compression_ratio_threshold", "logprob_threshold", "no_speech_threshold")
         return {name: getattr(options, name) for name in names}
 

@@ -50,7 +50,7 @@ def parsed(command: str, *arguments: str) -> tuple[argparse.Namespace, DecodeOpt
     args = cli._parser("specdec").parse_args([*COMMANDS[command][0], *arguments])
     if command == "corpus":
         return args, corpus_options(args).decode
-    return args, request.options_from_arguments(args, COMMANDS[command][1])
+    return args, cli.transcribe_options(args)
 
 
 def test_every_decoding_option_is_on_the_command_line_but_the_prompts_ids():
