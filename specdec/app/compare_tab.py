@@ -57,19 +57,10 @@ OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The exa
     "GPU the page runs whisper-large-v3.</small>"
 )
 logger = logging.getLogger("specdec.app")
-REQUEST_FIELDS = (  # compare.CompareRequest's fields, in the order the buttons pass the controls' values
-    "audio", "pair", "language", "task", "timestamps", "draft_length", "num_draft_tokens", "temperature",
-    "seed", "long_form", "skip_silence", "word_timestamps", "detect_no_speech", "fallback",
-    "acceptance_threshold",
-)  # fmt: skip
 
 
 def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: list[list[str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
-
-    def request_of(*settings, **more) -> compare.CompareRequest:
-        """The request both buttons make of the controls' values (in `REQUEST_FIELDS` order)."""
-        return compare.CompareRequest(**dict(zip(REQUEST_FIELDS, settings, strict=True)), **more)
 
     async def run_compare(
         audio,
@@ -91,10 +82,12 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = request_of(
-            audio, pair, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed,
-            long_form, skip_silence, word_timestamps, detect_no_speech, fallback, acceptance_threshold,
-            reference=reference, baseline_first=store.next_baseline_first(),
+        asked = compare.CompareRequest(
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
+            seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
+            skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
+            fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
         view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return {
@@ -132,9 +125,11 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = request_of(
-            audio, pair, language, task, timestamps, draft_length, num_draft_tokens, temperature, seed,
-            long_form, skip_silence, word_timestamps, detect_no_speech, fallback, acceptance_threshold,
+        asked = compare.CompareRequest(
+            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
+            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
+            long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
+            detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
         )  # fmt: skip
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
