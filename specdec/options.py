@@ -30,6 +30,7 @@ NO_SPEECH_NEEDS_LOGPROB = (
 # 3e36 (a smaller one overflows them and the sampling probabilities turn to NaN), and below it sampling is
 # greedy in all but name (a token 0.1 logit behind the best is e^10 times less likely). See docs/usage.md.
 MIN_TEMPERATURE = 0.01
+DRAFT_TOKENS = (1, 12)  # the least and the largest k of the adaptive draft length, by default
 
 
 def check_temperature(temperature: float) -> None:
@@ -57,26 +58,33 @@ def whisper_fallback(start: float = 0.0) -> dict:
 
 def check_long_form(long_form: str) -> None:
     if long_form not in LONG_FORM_MODES:
-        raise ValueError(f"long_form must be one of {LONG_FORM_MODES}, not {long_form!r}")
+        raise ValueError(f"long_form must be {' or '.join(LONG_FORM_MODES)}, not {long_form!r}")
 
 
 def option(default, help: str, **door) -> dataclasses.Field:
     """A request option's one declaration: its default and help, and how each door shows it (`flags`:
     its command-line names, first the main one, none: not on the command line; `nargs`, `metavar`,
-    `choices`). `specdec.request` builds the command line from these; the checks are `__post_init__`'s."""
+    `choices`; `label`: its name on the page; `bounds`: (least, most, step) of the page's slider).
+    `specdec.request` builds the command line and /v1's fields from these, `specdec.app.controls` the
+    page's controls; the checks are `__post_init__`'s."""
     return field(default=default, metadata={"help": help, **door})
 
 
 @dataclass(frozen=True)
 class DecodeOptions:
     language: str | None = option(None, "e.g. en, de, or a name (german); default: detected by the target")
-    task: str = option("transcribe", "transcribe, or translate (to English)", choices=TASKS)
-    timestamps: bool = option(False, "predict timestamp tokens (generate()'s return_timestamps=True)")
+    task: str = option("transcribe", "transcribe, or translate (to English)", choices=TASKS, label="Task")
+    timestamps: bool = option(
+        False,
+        "predict timestamp tokens (generate()'s return_timestamps=True): segment times, which subtitles need",
+        label="Timestamps",
+    )
     word_timestamps: bool = option(
         False,
         "time every word from the target's alignment heads' cross-attention over the text tokens (as "
         "openai-whisper aligns them: one more decoder pass a window; the same times with timestamps or "
         "without)",
+        label="Word timestamps",
     )
     temperature: float | tuple[float, ...] = option(
         0.0,
@@ -86,19 +94,24 @@ class DecodeOptions:
         "last one's output kept if every one fails; with neither threshold, the first)",
         nargs="+",
         metavar="T",
+        label="Temperature (0 = greedy)",
+        bounds=(0.0, 1.2, 0.1),
     )
     top_p: float | None = option(None, "nucleus sampling on the target's (and draft's) distribution")
-    seed: int | None = option(None, "seeds the explicit torch.Generator used for sampling")
+    seed: int | None = option(None, "seeds the explicit torch.Generator used for sampling", label="Seed")
     num_draft_tokens: int = option(
-        5, "k: tokens the draft proposes per target pass (the start value when adaptive)"
+        5,
+        "k: tokens the draft proposes per target pass (the start value when adaptive)",
+        label="Draft tokens k (start value)",
+        bounds=(*DRAFT_TOKENS, 1),
     )
     adaptive: bool = option(
         True,
         "grow k after a fully accepted draft, shrink it after a rejection, pause a draft that keeps failing "
         "(a language it does not speak): never much slower than the target alone; off: k fixed",
     )
-    min_draft_tokens: int = option(1, "the least k when adaptive")
-    max_draft_tokens: int = option(12, "the largest k when adaptive")
+    min_draft_tokens: int = option(DRAFT_TOKENS[0], "the least k when adaptive")
+    max_draft_tokens: int = option(DRAFT_TOKENS[1], "the largest k when adaptive")
     cost_aware: bool = option(
         False,
         "batches and chunks: each step's k from measured pass costs (greedy output unchanged; seeded "
@@ -148,9 +161,15 @@ class DecodeOptions:
         None,
         "LOSSY, opt-in: also keep a draft token the target gives at least this share of its own top "
         "probability (greedy only); faster, but the output is no longer the target's own (default: exact)",
+        label="Acceptance threshold (0 = exact)",
+        bounds=(0.0, 1.0, 0.05),
     )
 
     def __post_init__(self) -> None:
+        for declared in dataclasses.fields(self):  # a switch is true or false (an API client sends anything)
+            value = getattr(self, declared.name)
+            if declared.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"{declared.name} must be true or false, not {str(value)[:20]!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, not {self.task!r}")
         self._check_temperature()
@@ -227,6 +246,7 @@ class TranscribeOptions(DecodeOptions):
         "(default); chunked = overlapping 30 s chunks decoded as one batch and merged as transformers' ASR "
         "pipeline merges them (faster, not generate()'s output)",
         choices=LONG_FORM_MODES,
+        label="Long audio (over 30 s)",
     )
     batch_size: int = option(
         1,
@@ -236,6 +256,7 @@ class TranscribeOptions(DecodeOptions):
         False,
         "audio over 30 s: decode only its speech, long silences skipped (Silero VAD); times stay the whole "
         "file's, but the output is no longer generate()'s on it",
+        label="Skip long silences (audio over 30 s)",
     )
     progress: Progress | None = field(default=None, compare=False)  # progress(fraction, message), long files
 

@@ -1,11 +1,13 @@
-"""A request's options on the command line, built from their one declaration (`specdec.options.option`).
+"""A request's options at every door, built from their one declaration (`specdec.options.option`).
 
-Each `TranscribeOptions` field declares its default, help and choices once; `add_option_arguments` turns
-the fields a command takes into its arguments (a bool that defaults to False is a switch, one that
-defaults to True has its `--no-` form, the rest take a value of the field's type), and
-`options_from_arguments` reads them back into options, which check every value in one place. Whisper's
-own values of its no-speech rule and temperature fallback come as two presets, `--detect-no-speech` and
-`--fallback`, which an option given beside them overrides.
+Each `TranscribeOptions` field declares its default, help and choices once. From them: the command line
+(`add_option_arguments`: a bool that defaults to False is a switch, one that defaults to True has its
+`--no-` form, the rest take a value of the field's type, read back by `options_from_arguments`), a form
+field's text read as the field's type (`parse`: /v1's fields), and the page's controls
+(`specdec.app.controls`). Every door's values become options in one function, `options_from_values`, and
+the options check every value in one place. Whisper's own values of its no-speech rule and temperature
+fallback come as two presets, `detect_no_speech` and `fallback` (`--detect-no-speech`, `--fallback`, the
+page's two switches, /v1's fields), which a value given beside them overrides.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
+import numbers
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from specdec.options import (
     WHISPER_COMPRESSION_RATIO_THRESHOLD,
@@ -26,21 +31,36 @@ from specdec.options import (
     whisper_temperatures,
 )
 
-PRESETS = {  # name -> (help, the fields it sets)
-    "detect_no_speech": (
-        f"the no-speech rule with Whisper's values: --no-speech-threshold {WHISPER_NO_SPEECH_THRESHOLD} "
-        f"--logprob-threshold {WHISPER_LOGPROB_THRESHOLD}",
+
+@dataclass(frozen=True)
+class Preset:
+    """A switch for several options at once: Whisper's own values of one of its rules."""
+
+    help: str
+    sets: dict  # field -> value, each unless a value is given beside the switch
+    label: str  # its name on the page
+
+
+PRESETS = {
+    "detect_no_speech": Preset(
+        "Whisper's no-speech rule with its values (no-speech probability over "
+        f"{WHISPER_NO_SPEECH_THRESHOLD:g} and average log-probability under {WHISPER_LOGPROB_THRESHOLD:g},"
+        " as openai-whisper's transcribe()): a window judged silence is left empty; off: every window is "
+        "decoded, as generate() by default",
         {"no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD, "logprob_threshold": WHISPER_LOGPROB_THRESHOLD},
+        "Leave windows of no speech empty",
     ),
-    "fallback": (
-        "Whisper's temperature fallback against loops and unsure text: temperatures from --temperature up "
-        f"to 1 by 0.2 ({' '.join(f'{t:g}' for t in whisper_temperatures())} by default), "
-        f"--compression-ratio-threshold {WHISPER_COMPRESSION_RATIO_THRESHOLD} --logprob-threshold "
-        f"{WHISPER_LOGPROB_THRESHOLD} (each unless given; off by default, as generate())",
+    "fallback": Preset(
+        "Whisper's temperature fallback with its values (openai-whisper's transcribe()): a window whose "
+        f"tokens compress more than {WHISPER_COMPRESSION_RATIO_THRESHOLD:g} times under zlib (a loop) or "
+        f"whose average log-probability is under {WHISPER_LOGPROB_THRESHOLD:g} is decoded again, sampled, at "
+        "the next temperature from the one chosen up to 1 by 0.2; off: one temperature, as generate() by "
+        "default",
         {
             "compression_ratio_threshold": WHISPER_COMPRESSION_RATIO_THRESHOLD,
             "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
         },
+        "Temperature fallback against loops",
     ),
 }
 
@@ -58,6 +78,17 @@ def command_line_fields(options: type = DecodeOptions) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(options) if flags(field))
 
 
+def declared(name: str) -> dataclasses.Field:
+    """The declaration of the option `name` (a `TranscribeOptions` field)."""
+    return _fields()[name]
+
+
+def kind(name: str) -> type:
+    """The type of a declared option's values (its annotation's first member that is not None), or of a
+    preset's (bool)."""
+    return bool if name in PRESETS else _kind(_types()[name])
+
+
 def flags(field: dataclasses.Field) -> tuple[str, ...]:
     """A field's command-line names: as declared, else --its-name (none for an undeclared field)."""
     if "help" not in field.metadata:
@@ -72,31 +103,67 @@ def add_option_arguments(parser: argparse.ArgumentParser, names: Iterable[str]) 
     for name in names:
         field = declared[name]
         parser.add_argument(*flags(field), dest=name, **_argument(field))
-    for preset, (help_text, sets) in PRESETS.items():
-        if set(sets) <= set(names):
-            parser.add_argument(f"--{preset.replace('_', '-')}", action="store_true", help=help_text)
+    for name, preset in PRESETS.items():
+        if set(preset.sets) <= set(names):
+            parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=preset.help)
 
 
 def options_from_arguments(
     args: argparse.Namespace, names: Iterable[str], options: type = TranscribeOptions
 ) -> DecodeOptions:
-    """The options the parsed arguments of `names` give (each preset's values where no argument gives
-    its own)."""
-    given = {name: getattr(args, name) for name in names}
-    for preset, (_, sets) in PRESETS.items():
-        if getattr(args, preset, False):
-            given |= {name: value for name, value in sets.items() if given.get(name) is None}
-    if "temperature" in given:
-        given["temperature"] = _temperature(given["temperature"], getattr(args, "fallback", False))
+    """The options the parsed arguments of `names` give (`options_from_values` of them and the presets')."""
+    names = tuple(names)
+    presets = [name for name, preset in PRESETS.items() if set(preset.sets) <= set(names)]
+    return options_from_values({name: getattr(args, name) for name in (*names, *presets)}, options)
+
+
+def options_from_values(values: Mapping[str, object], options: type = TranscribeOptions) -> DecodeOptions:
+    """The options a door's values give: declared fields by name, and the presets' switches (each sets its
+    values where no value of the door gives its own; `fallback` makes one temperature openai-whisper's
+    steps from it up to 1). Every value is checked by the options (ValueError)."""
+    given = {name: value for name, value in values.items() if name not in PRESETS}
+    for name, preset in PRESETS.items():
+        switched = values.get(name, False)
+        if not isinstance(switched, bool):
+            raise ValueError(f"{name} must be true or false, not {str(switched)[:20]!r}")
+        if switched:
+            given |= {field: value for field, value in preset.sets.items() if given.get(field) is None}
+    if "temperature" in given or values.get("fallback"):
+        given["temperature"] = _temperature(given.get("temperature"), values.get("fallback") is True)
     return options(**given)
 
 
-def _temperature(given: list[float] | None, fallback: bool) -> float | tuple[float, ...]:
-    """One temperature or several; with --fallback, one becomes openai-whisper's steps from it up to 1."""
-    given = given or [DecodeOptions.temperature]
-    if len(given) > 1:
-        return tuple(given)
-    return whisper_temperatures(given[0]) if fallback else given[0]
+def parse(name: str, text: str) -> object:
+    """A declared option's value from a form field's text, by the field's type: true/false (or 1/0), a
+    whole number, a number or text (ValueError saying what the field takes)."""
+    of = kind(name)
+    if of is bool:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{name} must be true or false")
+        return text.lower() in ("true", "1")
+    if of in (int, float):
+        try:
+            value = of(text)
+        except ValueError:
+            raise ValueError(f"{name} must be {'a whole number' if of is int else 'a number'}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number")
+        return value
+    return text
+
+
+def _temperature(given: object, fallback: bool) -> object:
+    """One temperature or several (a door's list of one is its number); with `fallback`, a number from 0
+    becomes openai-whisper's steps from it up to 1 (anything else is left for the options to refuse)."""
+    given = DecodeOptions.temperature if given is None else given
+    if isinstance(given, (list, tuple)):
+        if len(given) != 1:
+            return tuple(given)
+        given = given[0]
+    is_number = isinstance(given, numbers.Real) and not isinstance(given, bool)
+    if fallback and is_number and math.isfinite(given) and given >= 0:
+        return whisper_temperatures(given)
+    return given
 
 
 def _argument(field: dataclasses.Field) -> dict:

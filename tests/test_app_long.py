@@ -177,7 +177,7 @@ def test_a_clip_over_the_limit_is_refused_naming_the_limit(store, long_clip, tmp
 
 
 def test_an_unknown_long_form_mode_is_a_clear_error(store, long_clip):
-    with pytest.raises(stores.UserError, match="Unknown long-audio mode 'parallel'; choose sequential or"):
+    with pytest.raises(stores.UserError, match="long_form must be sequential or chunked, not 'parallel'"):
         compare.compare_clip(
             store, compare.CompareRequest(str(long_clip), SHARED, "en", long_form="parallel")
         )

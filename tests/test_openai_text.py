@@ -51,5 +51,5 @@ def test_v1_keeps_generate_defaults_no_speech_rule_off() -> None:
     store_double = SimpleNamespace(pairs={"base+tiny.en": ("base", "tiny.en")}, default_pair="base+tiny.en")
     form = FormData([("model", "base+tiny.en")])
     request = openai_schema.asked(form, store_double, "clip.wav").request
-    assert request.no_speech_options() == {}
-    assert compare.CompareRequest(audio="clip.wav", pair="base+tiny.en").no_speech_options()
+    assert request.options().no_speech_threshold is None
+    assert compare.CompareRequest(audio="clip.wav", pair="base+tiny.en").options().no_speech_threshold

@@ -8,10 +8,9 @@ run pays first-call costs, and callers alternate which run goes first from one c
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +22,8 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_langua
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
-from specdec.options import (
-    WHISPER_LOGPROB_THRESHOLD,
-    WHISPER_NO_SPEECH_THRESHOLD,
-    DecodeOptions,
-    TranscribeOptions,
-    whisper_fallback,
-)
+from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.request import options_from_values
 from specdec.vad import rms_dbfs
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
@@ -101,61 +95,37 @@ class CompareRequest:
     # LOSSY, opt-in: keep draft tokens the target gives at least this share of its top probability (the
     # output is then not the target's); 0 or None: exact
     acceptance_threshold: float | None = None
-
-    def lossy_threshold(self) -> float | None:
-        """DecodeOptions' acceptance_threshold: None (exact) for 0 or None, else the value to check."""
-        value = self.acceptance_threshold
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0):
-            return None
-        return value
-
-    def no_speech_options(self) -> dict:
-        """DecodeOptions' thresholds for `detect_no_speech` (none: generate()'s default, off)."""
-        if not isinstance(self.detect_no_speech, bool):
-            raise UserError(
-                f"detect_no_speech must be true or false, not {str(self.detect_no_speech)[:20]!r}."
-            )
-        if not self.detect_no_speech:
-            return {}
-        return {
-            "no_speech_threshold": WHISPER_NO_SPEECH_THRESHOLD,
-            "logprob_threshold": WHISPER_LOGPROB_THRESHOLD,
-        }
-
-    def fallback_options(self) -> dict:
-        """DecodeOptions' temperatures and thresholds: with `fallback`, Whisper's (from the chosen temperature
-        up to 1 by 0.2, compression ratio 2.4, log-probability -1.0); else the temperature alone (generate()'s
-        default)."""
-        if not isinstance(self.fallback, bool):
-            raise UserError(f"fallback must be true or false, not {str(self.fallback)[:20]!r}.")
-        temperature = float(self.temperature)
-        if not (self.fallback and math.isfinite(temperature) and temperature >= 0):
-            return {"temperature": temperature}  # (out of range: refused by the options, as it was given)
-        return whisper_fallback(temperature)
+    # any other declared option by its field name, over the values above (/v1's form fields beyond the
+    # page's; `specdec.request`)
+    more_options: Mapping[str, object] = field(default_factory=dict)
 
     def options(self) -> TranscribeOptions:
-        """The decoding options, every value checked (API clients can send anything)."""
-        if not isinstance(self.timestamps, bool):
-            raise UserError(f"timestamps must be true or false, not {str(self.timestamps)[:20]!r}.")
+        """The decoding options: the page's values read as options (`specdec.request`'s, the
+        presets Whisper's rules), `more_options` over them, every value checked (API clients can send
+        anything)."""
         try:
-            return TranscribeOptions(
-                language=chosen_language(self.language),
-                task=self.task,
-                timestamps=self.timestamps,
-                seed=checked_seed(self.seed),
-                num_draft_tokens=int(self.num_draft_tokens),
-                adaptive=self.draft_length == "adaptive",
+            values = {
+                "language": chosen_language(self.language),
+                "task": self.task,
+                "timestamps": self.timestamps,
+                "seed": self.seed,
+                "num_draft_tokens": int(self.num_draft_tokens),
+                "adaptive": self.draft_length == "adaptive",
                 # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
-                cost_aware=self.draft_length == "adaptive"
+                "cost_aware": self.draft_length == "adaptive"
                 and self.long_form == "chunked"
                 and float(self.temperature) == 0,
-                **(self.no_speech_options() | self.fallback_options()),
-                word_timestamps=self.word_timestamps is True,
-                acceptance_threshold=self.lossy_threshold(),
-                long_form=self.long_form,
-                skip_silence=self.skip_silence,
-            )
-        except ValueError as error:
+                "temperature": float(self.temperature),
+                "detect_no_speech": self.detect_no_speech,
+                "fallback": self.fallback,
+                "word_timestamps": self.word_timestamps,
+                "acceptance_threshold": self.acceptance_threshold or None,  # 0: exact
+                "long_form": self.long_form,
+                "skip_silence": self.skip_silence,
+            }
+            values |= self.more_options
+            return options_from_values(values | {"seed": checked_seed(values["seed"])})
+        except (TypeError, ValueError) as error:
             raise UserError(str(error)) from error
 
     def check_reference(self) -> None:
@@ -172,15 +142,13 @@ class CompareRequest:
     @property
     def batchable(self) -> bool:
         """Its decoding may join the shared batch (`specdec.scheduler`): sequential long-form, all of the
-        audio (chunked and speech-only decoding run as jobs of their own)."""
-        return self.long_form == "sequential" and self.skip_silence is False
-
-    def check_long_form(self) -> None:
-        if not isinstance(self.skip_silence, bool):
-            raise UserError(f"skip_silence must be true or false, not {str(self.skip_silence)[:20]!r}.")
-        if self.long_form not in longform.LONG_FORM_MODES:
-            modes = " or ".join(longform.LONG_FORM_MODES)
-            raise UserError(f"Unknown long-audio mode {self.long_form!r}; choose {modes}.")
+        audio (chunked and speech-only decoding run as jobs of their own, as does a request whose options
+        are refused: the job says why)."""
+        try:
+            options = self.options()
+        except UserError:
+            return False
+        return options.long_form == "sequential" and not options.skip_silence
 
 
 def checked_seed(seed: object) -> int | None:
@@ -211,7 +179,7 @@ def compare_clip(
     progress (a gr.Progress) follows a long clip window by window or chunk by chunk, both runs."""
     report = _no_report if progress is None else progress  # not `or`: an idle gr.Progress is falsy
     whisper, options, waveform = prepare(store, request, report)
-    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}: target alone and speculative")
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, options)}: target alone and speculative")
     options = TranscribeOptions.of(options, progress=_engine_progress(report))
     comparison = compare(
         whisper, waveform, options, _baseline_first(store, request), Path(request.audio).name
@@ -231,12 +199,12 @@ def _engine_progress(report: Report, prefix: str = "") -> longform.Progress:
     )
 
 
-def _audio_text(waveform: np.ndarray, request: CompareRequest) -> str:
+def _audio_text(waveform: np.ndarray, options: TranscribeOptions) -> str:
     """The clip's length for the progress bar, and its long-form mode when it has one."""
     seconds = len(waveform) / SAMPLE_RATE
     if longform.is_long(waveform):
-        skipping = ", long silences skipped" if request.skip_silence else ""
-        return f"{seconds:.0f} s, long-form {request.long_form}{skipping}"
+        skipping = ", long silences skipped" if options.skip_silence else ""
+        return f"{seconds:.0f} s, long-form {options.long_form}{skipping}"
     return f"{seconds:.1f} s"
 
 
@@ -246,14 +214,13 @@ def prepare(
     """Check the request, then the draft's pair (loaded on first use) and the clip at 16 kHz."""
     if not request.audio:
         raise UserError("Record or upload a clip first (or click one of the examples).")
-    request.check_long_form()  # before the options, which would refuse it in their own words
     options = request.options()
     request.check_reference()
     report(0.05, desc="Loading models")
     whisper = store.whisper(request.pair)
     report(0.15, desc="Reading audio")
     waveform = _read_audio(request.audio, store.max_seconds)
-    if request.detect_no_speech and rms_dbfs(waveform) < SILENT_DBFS:
+    if options.no_speech_threshold is not None and rms_dbfs(waveform) < SILENT_DBFS:
         # Whisper's no-speech rule does not catch digital silence: whisper-base says " you" there, sure of it
         raise UserError(f"No speech detected: the recording is silent (below {SILENT_DBFS:.0f} dBFS).")
     return whisper, options, waveform
@@ -293,7 +260,7 @@ def submit_clip(
     answer."""
     report = _no_report if progress is None else progress
     whisper, options, waveform = prepare(store, request, report)
-    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, options)}")
     engine_progress = _engine_progress(report, "speculative: ") if longform.is_long(waveform) else None
     options = TranscribeOptions.of(options, progress=engine_progress)
     decoding = schedule(whisper).submit(waveform, options, Path(request.audio).name, stop)
@@ -327,7 +294,7 @@ def transcribe_speculative(
     report: Report = _no_report,
 ) -> Transcription:
     """The Transcribe button's decoding of a prepared clip: speculative only, long-form over 30 s."""
-    report(DECODING, desc=f"Decoding {_audio_text(waveform, request)}")
+    report(DECODING, desc=f"Decoding {_audio_text(waveform, options)}")
     progress = _engine_progress(report, "speculative: ") if longform.is_long(waveform) else None
     options = TranscribeOptions.of(options, speculative=True, progress=progress)
     (transcription,) = whisper.transcribe_waveforms([waveform], options, [Path(request.audio).name])

@@ -4,53 +4,23 @@ speculatively alone (Transcribe); its controls, its outputs and their wiring to 
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import inspect
 import logging
 from pathlib import Path
 
 import gradio as gr
 
 from specdec.app import compare, downloads, served, uploads, views, word_view
-from specdec.app.controls import LANGUAGES, pair_dropdown
+from specdec.app.controls import LANGUAGES, control, info, pair_dropdown
 from specdec.app.highlight import STYLE, legend_html
 from specdec.app.served import MODEL_EVENTS, compare_on_gpu, transcribe_on_gpu
 from specdec.app.store import ModelStore
 from specdec.app.uploads import GRADIO_CACHE, UPLOAD_CACHE
 from specdec.audio import AudioError, duration_text, load_audio
-from specdec.longform import LONG_FORM_MODES
-from specdec.options import (
-    WHISPER_COMPRESSION_RATIO_THRESHOLD,
-    WHISPER_LOGPROB_THRESHOLD,
-    WHISPER_NO_SPEECH_THRESHOLD,
-    DecodeOptions,
-    TranscribeOptions,
-)
 from specdec.vad import rms_dbfs
 
-LONG_FORM_HELP = (
-    "sequential: Whisper's own long-form algorithm, segment by segment (the same output as generate()) · "
-    "chunked: 30 s chunks with 5 s overlap decoded as a batch, merged like the transformers ASR pipeline"
-)
-SKIP_SILENCE_HELP = (
-    "Silero VAD: only the speech is decoded, times stay the file's; the output is then not generate()'s "
-    "on the whole file, and the badge compares with the target alone on the same speech"
-)
-NO_SPEECH_HELP = (
-    f"openai-whisper's transcribe() defaults (no-speech probability over {WHISPER_NO_SPEECH_THRESHOLD:g} and "
-    f"average log-probability under {WHISPER_LOGPROB_THRESHOLD:g}): a window judged silence is left empty; "
-    "off, every window is decoded, as generate() does by default"
-)
-FALLBACK_HELP = (
-    f"openai-whisper's transcribe() defaults: a window whose tokens compress more than "
-    f"{WHISPER_COMPRESSION_RATIO_THRESHOLD:g} times under zlib (a loop) or whose average log-probability is "
-    f"under {WHISPER_LOGPROB_THRESHOLD:g} is decoded again, sampled, at the next temperature up to 1 by 0.2, "
-    "as generate() does with those options; off: one temperature, generate()'s default"
-)
-LOSSY_HELP = (
-    "above 0 the output is NO LONGER the target's: a draft token is kept where the target gives it at least "
-    "this share of its own top probability (greedy only); Compare shows what that cost against the target "
-    "alone beside what it saved"
-)
 OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The example clips)
     "<small>The CPU default target, whisper-base, is a small model: outside English it mishears often "
     "(compare the Spanish, French and Dutch recordings against their references with the WER box). On a "
@@ -82,13 +52,7 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = compare.CompareRequest(
-            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
-            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature,
-            seed=seed, reference=reference, baseline_first=store.next_baseline_first(), long_form=long_form,
-            skip_silence=skip_silence, word_timestamps=word_timestamps, detect_no_speech=detect_no_speech,
-            fallback=fallback, acceptance_threshold=acceptance_threshold,
-        )  # fmt: skip
+        asked = page_request(run_compare, locals(), baseline_first=store.next_baseline_first())
         view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return {
             baseline_text: view.baseline_text,
@@ -125,12 +89,7 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         request: gr.Request = None,
         progress=gr.Progress(),
     ):
-        asked = compare.CompareRequest(
-            audio=audio, pair=pair, language=language, task=task, timestamps=timestamps,
-            draft_length=draft_length, num_draft_tokens=num_draft_tokens, temperature=temperature, seed=seed,
-            long_form=long_form, skip_silence=skip_silence, word_timestamps=word_timestamps,
-            detect_no_speech=detect_no_speech, fallback=fallback, acceptance_threshold=acceptance_threshold,
-        )  # fmt: skip
+        asked = page_request(run_transcribe, locals())
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
         text, tokens_html, stats = shown
@@ -167,7 +126,7 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         with gr.Column(scale=2):
             with gr.Row():
                 language = gr.Dropdown(LANGUAGES, value="auto", label="Language", allow_custom_value=True)
-                task = gr.Radio(["transcribe", "translate"], value="transcribe", label="Task")
+                task = control("task", info=None)
             with gr.Row():
                 draft_length = gr.Radio(
                     ["adaptive", "fixed"],
@@ -175,39 +134,24 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
                     label="Draft length",
                     info="adaptive: k follows the acceptance (chunked, greedy: the batch's measured costs)",
                 )
-                num_draft_tokens = gr.Slider(
-                    DecodeOptions.min_draft_tokens,
-                    DecodeOptions.max_draft_tokens,
-                    value=DecodeOptions.num_draft_tokens,
-                    step=1,
-                    label="Draft tokens k (start value)",
-                )
+                num_draft_tokens = control("num_draft_tokens", info=None)
             with gr.Row():
-                temperature = gr.Slider(0.0, 1.2, value=0.0, step=0.1, label="Temperature (0 = greedy)")
+                temperature = control("temperature", info=None)
                 # bounds checked by compare.checked_seed: Gradio's own check prints a traceback per call
-                seed = gr.Number(value=0, precision=0, label=f"Seed (0 to {compare.MAX_SEED})")
-            timestamps = gr.Checkbox(
-                label="Timestamps", info="segment times; the SRT and WebVTT downloads need them"
+                seed = control("seed", value=0, label=f"Seed (0 to {compare.MAX_SEED})", info=None)
+            timestamps = control("timestamps")
+            word_timestamps = control(
+                "word_timestamps", info=f"{info('word_timestamps')}; click a word to play the clip from it"
             )
-            word_timestamps = gr.Checkbox(
-                label="Word timestamps",
-                info="each word timed from the target's own alignment heads; click a word to play the clip "
-                "from it (one more decoder pass a window, in both runs of a Compare)",
-            )
-            long_form = gr.Radio(
-                list(LONG_FORM_MODES),
-                value=TranscribeOptions.long_form,
-                label="Long audio (over 30 s)",
-                info=LONG_FORM_HELP,
-            )
-            skip_silence = gr.Checkbox(label="Skip long silences (audio over 30 s)", info=SKIP_SILENCE_HELP)
-            no_speech = gr.Checkbox(True, label="Leave windows of no speech empty", info=NO_SPEECH_HELP)
-            fallback = gr.Checkbox(True, label="Temperature fallback against loops", info=FALLBACK_HELP)
+            long_form = control("long_form")
+            skip_silence = control("skip_silence")
+            # the page runs Whisper's rules, as openai-whisper's transcribe() (the other doors: generate()'s)
+            no_speech = control("detect_no_speech", value=True)
+            fallback = control("fallback", value=True)
             with gr.Accordion("Lossy speed-up (off: the output is the target's own)", open=False):
-                acceptance_threshold = gr.Slider(
-                    0.0, 1.0, value=0.0, step=0.05, label="Acceptance threshold (0 = exact)",
-                    info=LOSSY_HELP, elem_id="acceptance-threshold",
-                )  # fmt: skip
+                acceptance_threshold = control(
+                    "acceptance_threshold", value=0.0, elem_id="acceptance-threshold"
+                )
     with gr.Row():
         run = gr.Button("Compare: target alone vs speculative", variant="primary", elem_id="run")
         quick = gr.Button("Transcribe (speculative only)", variant="secondary")
@@ -311,6 +255,14 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         show_progress="minimal",
         api_visibility="private",
     )
+
+
+def page_request(handler, values: dict, **more) -> compare.CompareRequest:
+    """The page's request from the values of a handler's parameters (the page's API, each parameter
+    named as the request's field it gives; the handler's `locals()` on entry), `more` beside them."""
+    fields = {field.name for field in dataclasses.fields(compare.CompareRequest)}
+    names = fields & inspect.signature(handler).parameters.keys()
+    return compare.CompareRequest(**{name: values[name] for name in names}, **more)
 
 
 def checked_clip(path: str | None, max_seconds: float) -> tuple:

@@ -19,10 +19,8 @@ and nothing left running when nobody waits for it.
   session's jobs the same way.
 - Every job runs on one thread, `MODEL_THREAD` (the server loads its models there too): torch's OpenMP
   keeps a pool of helper threads per calling thread, and once a process holds more of them than it has
-  cores, GNU OpenMP stops letting them spin between operators, as passive waiting does. Measured on the
-  bundled pair (JFK, speculative, 2 cores, threads spinning): 0.77-0.86 s with all torch work on one
-  thread, 0.95-1.10 s decoding on a second thread after loading on the first. Live updates run here too
-  (`app.live.Listener`).
+  cores, GNU OpenMP stops letting them spin between operators, as passive waiting does (docs/app.md
+  has what that costs). Live updates run here too (`app.live.Listener`).
 - After each job the memory its decoding freed goes back to the system (`release_freed_memory`).
 - Transcriptions share the models' passes (`batched`): such a job counts in the line (QueueFull alike)
   but takes no turn; once its pair is loaded and its audio read (a short task on `MODEL_THREAD`), its

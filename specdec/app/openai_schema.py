@@ -21,9 +21,10 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specdec import scheduler, subtitles
 from specdec.api import SpeculativeWhisper, Transcription
 from specdec.app import compare
-from specdec.app.store import ModelStore, UnavailablePair, chosen_language
+from specdec.app.store import ModelStore, UnavailablePair, UserError, chosen_language
 from specdec.audio import SAMPLE_RATE
-from specdec.options import MIN_TEMPERATURE, check_temperature
+from specdec.options import MIN_TEMPERATURE, TranscribeOptions, check_temperature
+from specdec.request import PRESETS, command_line_fields, parse
 from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
 from specdec.whisper.tokens import text_ids
@@ -32,6 +33,23 @@ RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
 DEFAULT_MODEL = "whisper-1"  # OpenAI's model name, taken as the server's default pair
 MAX_PROMPT_TOKENS = 223  # Whisper's limit for the previous text (half its context, less one)
+# OpenAI's form fields -> the option each sets; every other declared option is a form field of its own name
+OPENAI_FIELDS = {
+    "language": "language",
+    "temperature": "temperature",  # one number from 0 to 1
+    "prompt": "prompt_ids",  # text: the target's ids of it
+    "timestamp_granularities[]": "word_timestamps",  # "word" among them
+}
+LOSSY_NOTE = (
+    "acceptance_threshold was given: draft tokens the target would not have chosen were kept, so this is "
+    "not the target's own output"
+)
+SET_HERE = {  # options no form field gives by its own name: what sets each
+    "task": "the route (/v1/audio/translations translates)",
+    "timestamps": "response_format (verbose_json, srt and vtt are timed)",
+    "batch_size": "the server (requests share its batch)",
+    **{option: name for name, option in OPENAI_FIELDS.items() if option != name},
+}
 
 logger = logging.getLogger("specdec.app")
 
@@ -117,15 +135,42 @@ def asked(
         chosen_language(language)
     except ValueError as error:  # UserError too
         raise ApiError(400, str(error), "language") from None
+    more = _declared_options(form)
     request = compare.CompareRequest(
         audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
-        temperature=_temperature(form), detect_no_speech=False,  # generate()'s default, as the Python API's
+        temperature=_temperature(form),
+        detect_no_speech=more.pop("detect_no_speech", False),  # generate()'s default, as the Python API's
         # on, as OpenAI's model, unless streamed: a window the fallback may decode again settles no text
         # until it is judged, so a stream with it would say a clip up to 30 s in one piece at its end
-        fallback=_flag(form, "fallback") if _text(form, "fallback") else not stream,
-        word_timestamps="word" in granularities,
+        fallback=more.pop("fallback", not stream),
+        word_timestamps="word" in granularities, more_options=more,
     )  # fmt: skip
+    try:
+        request.options()
+    except UserError as error:  # a value out of bounds, or two that do not go together
+        raise ApiError(400, f"{error}.", next((name for name in more if name in str(error)), None)) from None
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
+
+
+def declared_fields() -> tuple[str, ...]:
+    """The options /v1 takes by their own names (`specdec.request`'s declarations), and the presets."""
+    set_otherwise = OPENAI_FIELDS.values() | SET_HERE.keys()
+    return (*(name for name in command_line_fields(TranscribeOptions) if name not in set_otherwise), *PRESETS)
+
+
+def _declared_options(form: FormData) -> dict:
+    """The declared options the form gives by their own names, each read as its field's type."""
+    for name, setter in SET_HERE.items():
+        if name in form:
+            raise ApiError(400, f"{name} is not a form field here: it is set by {setter}.", name)
+    more = {}
+    for name in declared_fields():
+        if text := _text(form, name):
+            try:
+                more[name] = parse(name, text)
+            except ValueError as error:
+                raise ApiError(400, f"{error}.", name) from None
+    return more
 
 
 def design_asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe") -> Asked:
@@ -271,15 +316,18 @@ def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
 def response(asked: Asked, answer: Answer) -> Response:
     """The answer in the response format asked for (srt and vtt from `Transcription`'s own writers)."""
     transcription = answer.speculative
+    # a lossy answer says so in every format: a header, and a field in JSON
+    lossy = {} if transcription.result.lossless else {"lossy": LOSSY_NOTE}
+    headers = {"X-Specdec-Lossy": LOSSY_NOTE} if lossy else None
     if asked.response_format == "json":
-        return JSONResponse({"text": transcription.text})
+        return JSONResponse({"text": transcription.text, **lossy}, headers=headers)
     if asked.response_format == "text":  # OpenAI's: json's text whole, not a .txt file's one segment a line
-        return PlainTextResponse(subtitles.plain_text(transcription.text, None))
+        return PlainTextResponse(subtitles.plain_text(transcription.text, None), headers=headers)
     if asked.response_format == "srt":
-        return PlainTextResponse(transcription.to_srt())
+        return PlainTextResponse(transcription.to_srt(), headers=headers)
     if asked.response_format == "vtt":
-        return PlainTextResponse(transcription.to_vtt(), media_type="text/vtt")
-    return JSONResponse(_verbose(asked, answer))
+        return PlainTextResponse(transcription.to_vtt(), media_type="text/vtt", headers=headers)
+    return JSONResponse(_verbose(asked, answer) | lossy, headers=headers)
 
 
 def _word(word) -> dict:
