@@ -8,6 +8,7 @@ import dataclasses
 import html
 import inspect
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import gradio as gr
@@ -29,30 +30,28 @@ OTHER_LANGUAGES = (  # the word error rates behind "often": docs/app.md (The exa
 logger = logging.getLogger("specdec.app")
 
 
+# The page's API (`/compare`, `/transcribe`): its parameters in the order clients give them, each named as
+# the CompareRequest field it gives; newer ones come last, optional, so that older calls still hold
+COMPARE_API = (
+    "audio", "pair", "language", "task", "timestamps", "draft_length", "num_draft_tokens", "temperature",
+    "seed", "long_form", "reference", "skip_silence", "word_timestamps", "detect_no_speech", "fallback",
+    "acceptance_threshold",
+)  # fmt: skip
+TRANSCRIBE_API = tuple(name for name in COMPARE_API if name != "reference")
+API_DEFAULTS = {
+    "word_timestamps": False,
+    "detect_no_speech": True,
+    "fallback": True,
+    "acceptance_threshold": 0.0,
+}
+EMPTY = inspect.Parameter.empty
+
+
 def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: list[list[str]]) -> None:
     """The Compare view: the same clip decoded by the target alone and speculatively, side by side."""
 
-    async def run_compare(
-        audio,
-        pair,
-        language,
-        task,
-        timestamps,
-        draft_length,
-        num_draft_tokens,
-        temperature,
-        seed,
-        long_form,
-        reference,
-        skip_silence,
-        word_timestamps=False,
-        detect_no_speech=True,
-        fallback=True,
-        acceptance_threshold=0.0,
-        request: gr.Request = None,
-        progress=gr.Progress(),
-    ):
-        asked = page_request(run_compare, locals(), baseline_first=store.next_baseline_first())
+    async def run_compare(asked: compare.CompareRequest, request: gr.Request, progress: gr.Progress):
+        asked = dataclasses.replace(asked, baseline_first=store.next_baseline_first())
         view = await served.shown_to_user(compare_on_gpu, asked, progress, request.session_hash)
         return {
             baseline_text: view.baseline_text,
@@ -66,30 +65,11 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
             word_errors: view.wer_html,
             details: views.details(view),
             windows: view.windows,
-            words: word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), audio),
+            words: word_view.words_html(word_view.word_dicts(view.comparison.speculative.words), asked.audio),
             transcript: view.comparison.speculative,  # for the downloads
         }
 
-    async def run_transcribe(
-        audio,
-        pair,
-        language,
-        task,
-        timestamps,
-        draft_length,
-        num_draft_tokens,
-        temperature,
-        seed,
-        long_form,
-        skip_silence,
-        word_timestamps=False,
-        detect_no_speech=True,
-        fallback=True,
-        acceptance_threshold=0.0,
-        request: gr.Request = None,
-        progress=gr.Progress(),
-    ):
-        asked = page_request(run_transcribe, locals())
+    async def run_transcribe(asked: compare.CompareRequest, request: gr.Request, progress: gr.Progress):
         submit = compare.submit_clip if asked.batchable else None  # joins the batch of other requests
         shown = await served.shown_to_user(transcribe_on_gpu, asked, progress, request.session_hash, submit)
         text, tokens_html, stats = shown
@@ -97,7 +77,7 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
             speculative_text: text,
             tokens: tokens_html,
             details: stats,
-            words: word_view.words_html(stats.get("words"), audio),
+            words: word_view.words_html(stats.get("words"), asked.audio),
         }
 
     pair = pair_dropdown(store, choices)  # the page's width: a pair's name is read whole
@@ -191,18 +171,13 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
     with gr.Accordion("Details (JSON)", open=False):
         details = gr.JSON(label="Statistics")
 
-    settings = [
-        audio,
-        pair,
-        language,
-        task,
-        timestamps,
-        draft_length,
-        num_draft_tokens,
-        temperature,
-        seed,
-        long_form,
-    ]
+    controls = {
+        "audio": audio, "pair": pair, "language": language, "task": task, "timestamps": timestamps,
+        "draft_length": draft_length, "num_draft_tokens": num_draft_tokens, "temperature": temperature,
+        "seed": seed, "long_form": long_form, "reference": reference, "skip_silence": skip_silence,
+        "word_timestamps": word_timestamps, "detect_no_speech": no_speech, "fallback": fallback,
+        "acceptance_threshold": acceptance_threshold,
+    }  # fmt: skip
     outputs = [
         baseline_text,
         speculative_text,
@@ -230,16 +205,16 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
         return [gr.DownloadButton(value=path, visible=path is not None) for path in files]
 
     run.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
-        run_compare,
-        [*settings, reference, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
+        api_handler(COMPARE_API, run_compare),
+        [controls[name] for name in COMPARE_API],
         outputs,
         api_name="compare",
         concurrency_limit=MODEL_EVENTS,
         concurrency_id="models",
     ).success(offer_downloads, transcript, download_buttons, queue=False, api_visibility="private")
     quick.click(cleared, None, [*outputs, *download_buttons], queue=False, api_visibility="private").then(
-        run_transcribe,
-        [*settings, skip_silence, word_timestamps, no_speech, fallback, acceptance_threshold],
+        api_handler(TRANSCRIBE_API, run_transcribe),
+        [controls[name] for name in TRANSCRIBE_API],
         [speculative_text, tokens, details, words],
         api_name="transcribe",
         concurrency_limit=MODEL_EVENTS,
@@ -257,12 +232,29 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
     )
 
 
-def page_request(handler, values: dict, **more) -> compare.CompareRequest:
-    """The page's request from the values of a handler's parameters (the page's API, each parameter
-    named as the request's field it gives; the handler's `locals()` on entry), `more` beside them."""
-    fields = {field.name for field in dataclasses.fields(compare.CompareRequest)}
-    names = fields & inspect.signature(handler).parameters.keys()
-    return compare.CompareRequest(**{name: values[name] for name in names}, **more)
+def api_handler(names: tuple[str, ...], run) -> Callable:
+    """The Gradio handler of a button whose inputs are the controls `names`: the page's API, whose
+    parameters are those names in that order (the first ones required, the rest with `API_DEFAULTS`).
+    It calls `run(CompareRequest, gr.Request, gr.Progress)` with the request those values make."""
+
+    async def handler(*values):
+        *given, request, progress = values  # Gradio puts the request and the progress tracker last
+        return await run(compare.CompareRequest(**dict(zip(names, given, strict=True))), request, progress)
+
+    parameters = [
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=API_DEFAULTS.get(name, EMPTY)
+        )
+        for name in names
+    ]
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    parameters += [
+        inspect.Parameter("request", keyword, default=None, annotation=gr.Request),
+        inspect.Parameter("progress", keyword, default=gr.Progress()),
+    ]
+    handler.__signature__ = inspect.Signature(parameters)  # what Gradio reads the API's parameters from
+    handler.__annotations__ = {"request": gr.Request}  # and how it knows where the request goes
+    return handler
 
 
 def checked_clip(path: str | None, max_seconds: float) -> tuple:
