@@ -41,7 +41,7 @@ from pathlib import Path  # noqa: E402
 
 # name -> (module with the options dataclass, its name, module with run_and_report)
 BENCHMARKS = {
-    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens_report"),
+    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens"),
     "batch": ("benchmarks.batch", "BatchBenchOptions", "benchmarks.batch"),
     "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
     "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
@@ -50,7 +50,7 @@ BENCHMARKS = {
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
-    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu_report"),
+    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu"),
     "app": ("benchmarks.app_check", "AppCheckOptions", "benchmarks.app_check"),
     "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
 }
