@@ -46,7 +46,7 @@ BENCHMARKS = {
     "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
     "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
     "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
-    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu_report"),
+    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu"),
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),

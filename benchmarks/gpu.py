@@ -31,22 +31,10 @@ from typing import ClassVar
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.controlled import row_plans
-from benchmarks.harness import (
-    ASSETS,
-    LANGUAGE,
-    Record,
-    goal,
-    machine,
-    median,
-    print_goals,
-    print_identity,
-    ratio,
-    record_path,
-    rounds,
-    table,
-)
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, median, ratio
 from benchmarks.runners import Clip, Models, Run
 from specdec.options import DecodeOptions
 from specdec.whisper.models import DraftKind
@@ -234,7 +222,9 @@ class GpuBench:
             for _ in range(2 if config.engine == "static" and self.compiled else 1):
                 self.run(config, batch, tokens if self.on_cuda else min(tokens, 2))
 
-        runs = rounds(configs, lambda c, _: self.run(c, batch, tokens), self.options.repeats, warm_up=warm_up)
+        runs = harness.rounds(
+            configs, lambda c, _: self.run(c, batch, tokens), self.options.repeats, warm_up=warm_up
+        )
         return {config: runs[(config, None)] for config in configs}
 
     def _rows(self, batch: int, outcomes: dict[GpuConfig, list[Run]]) -> list[dict]:
@@ -277,7 +267,7 @@ def device_name(device: str) -> str:
     """The device the record was measured on, by name."""
     if torch.device(device).type == "cuda":
         return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu: {machine()['cpu']}"
+    return f"cpu: {harness.machine()['cpu']}"
 
 
 def kept_rows(path: Path, device: str, options: GpuBenchOptions) -> list[dict]:
@@ -337,12 +327,12 @@ COLUMNS = [
 
 def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
     """Measure every dtype and batch size, writing the record after each; print the table and goals."""
-    path, device = record_path(out, Path(GpuBenchOptions.OUT).name), device_name(options.device)
+    path, device = harness.record_path(out, Path(GpuBenchOptions.OUT).name), device_name(options.device)
     rows = kept_rows(path, device, options) if options.keep else []
     record = Record(command, options, device=device, replay_available=replay is not None, rows=rows)
 
     def add(rows: list[dict], bench: GpuBench) -> None:  # printed, and the record written again
-        print(table(rows, COLUMNS), flush=True)
+        print(harness.table(rows, COLUMNS), flush=True)
         record["rows"] += rows
         record.update(identical=all(row["identical"] for row in record["rows"]), goals=goals(record["rows"]))
         record.update(compiled=bench.compiled, errors=bench.errors)
@@ -360,11 +350,11 @@ def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
         del bench
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    print_goals(record["goals"])
+    harness.print_goals(record["goals"])
     mismatched = [
         f"{r['config']} {r['dtype']} batch {r['batch']}" for r in record["rows"] if not r["identical"]
     ]
     same = f"every row of {len(record['rows'])} configurations equals generate()'s, token for token"
-    print_identity(mismatched, same)
+    harness.print_identity(mismatched, same)
     record.write(path)
     return record

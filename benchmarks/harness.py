@@ -35,6 +35,19 @@ LANGUAGE = "en"  # forced wherever a benchmark times decoding alone: no language
 VERDICTS = {True: "met", False: "MISSED", None: "not measured"}
 
 
+def audio_paths(paths: Iterable[Path]) -> list[Path]:
+    """Each folder replaced by the audio files under it, sorted (`scripts/get_real_speech.py`'s folder)."""
+    from specdec.distill.data import find_clips
+
+    found = []
+    for path in paths:
+        audio = [clip.path for clip in find_clips(path)] if path.is_dir() else [path]
+        if not audio:
+            raise SystemExit(f"no audio files under {path}")
+        found += audio
+    return found
+
+
 def quiet_transformers() -> None:
     """No progress bars, and no warning per generate() call (max_length) in the benchmarks' output."""
     import transformers

@@ -18,6 +18,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import WhisperForCausalLM
 from transformers.modeling_outputs import BaseModelOutput
@@ -25,7 +26,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from benchmarks.checkpoints import PRESETS, bench_models
 from benchmarks.controlled import AcceptancePlan, AssistantPlan, WrongToken, controlled, plan_from, planted
 from benchmarks.harness import LANGUAGE, quiet_transformers, synchronize, timed
-from specdec.audio import load_audio
+from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine import kernels
 from specdec.engine.windows import decode_clips
 from specdec.options import DecodeOptions
@@ -262,3 +263,69 @@ def _assistant(pair: ModelPair) -> WhisperForCausalLM:
     assistant.generation_config = draft.generation_config
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     return assistant
+
+
+# ---------------------------------------------------------------- the bundled real pair's rivals
+
+
+def generate_waveform(
+    whisper: object, waveform: np.ndarray, language: str | None
+) -> tuple[tuple[int, ...], float]:
+    """generate() on a `SpeculativeWhisper`'s target, audio in memory -> tokens (after the prompt, without
+    end-of-text): its tokens and end-to-end seconds."""
+    target = whisper.pair.target
+    start = time.perf_counter()
+    mel = target.processor.feature_extractor(waveform, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    with torch.inference_mode():
+        output = target.model.generate(
+            mel.input_features.to(target.model.dtype), language=language, task="transcribe"
+        )
+    seconds = time.perf_counter() - start
+    return without_end(output[0].tolist(), target.model.generation_config.eos_token_id), seconds
+
+
+def faster_whisper_models(wanted: bool = True) -> tuple[dict, str]:
+    """faster-whisper (CTranslate2) on the bundled base weights, {"float32": model, "int8": model} with
+    this process's thread count, and a note on them; ({}, why not) when not wanted or not installed."""
+    if not wanted:
+        return {}, "faster-whisper: left out (--no-faster-whisper)"
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError:
+        return {}, "faster-whisper: not installed (pip install faster-whisper), left out"
+    folder, threads = _ct2_base_folder(), torch.get_num_threads()
+    models = {
+        compute_type: WhisperModel(str(folder), device="cpu", compute_type=compute_type, cpu_threads=threads)
+        for compute_type in ("float32", "int8")
+    }
+    return models, f"faster-whisper: the bundled base weights ({folder}), {threads} threads, beam 1"
+
+
+def faster_whisper_transcribe(model: object, audio: object, language: str | None = None, long: bool = False):
+    """faster-whisper greedy (beam 1, no temperature fallback, no VAD; timestamps only on long audio):
+    the text and the language it heard."""
+    segments, info = model.transcribe(
+        audio, language=language, beam_size=1, temperature=0.0, without_timestamps=not long,
+        condition_on_previous_text=False, vad_filter=False,
+    )  # fmt: skip
+    return "".join(segment.text for segment in segments).strip(), info.language  # decoded while iterating
+
+
+def _ct2_base_folder() -> Path:
+    """The bundled whisper-base as a CTranslate2 folder (its model.bin assembled from the packages)."""
+    from specdec.whisper.bundled import BUNDLES, cache_dir, installed_files
+
+    bundle = BUNDLES["base"]
+    source, parts = installed_files(bundle)
+    folder = cache_dir() / "ct2" / f"base-{bundle.sha256[:12]}"
+    if not (folder / "model.bin").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in source.iterdir():
+            if path.is_file() and not path.name.startswith("model.bin"):
+                (folder / path.name).write_bytes(path.read_bytes())
+        partial = folder / "model.bin.partial"
+        with partial.open("wb") as out:
+            for part in parts:
+                out.write(part.read_bytes())
+        partial.rename(folder / "model.bin")
+    return folder

@@ -22,19 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import plots
+from benchmarks import harness, plots
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.harness import (
-    ASSETS,
-    LANGUAGE,
-    Record,
-    goal,
-    leviathan_bound,
-    print_goals,
-    print_identity,
-    rounds,
-    table,
-)
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, leviathan_bound
 from benchmarks.runners import Clip, Models, Run, warm_up_tokens
 from specdec.options import DecodeOptions
 
@@ -127,7 +117,7 @@ def run_bench(
         models.make_plans(clip, reference, options.rates, options.seed + index)
     found = configs(options, models)
     warm = warm_up_tokens(options.device, tokens)
-    runs = rounds(
+    runs = harness.rounds(
         found, lambda config, clip: run(models, config, clip, tokens), options.rounds, clips,
         warm_up=lambda config: run(models, config, clips[0], warm), log=log,
     )  # fmt: skip
@@ -319,11 +309,11 @@ def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
         identical=all(row["identical"] for row in rows),
         goals=goals(rows, list(models.pairs), options.num_draft_tokens),
     )
-    print(table(rows, COLUMNS))
+    print(harness.table(rows, COLUMNS))
     print()
-    print_goals(record["goals"], digits=3)
+    harness.print_goals(record["goals"], digits=3)
     same = f"all {len(rows)} configurations produced generate()'s output token for token"
-    print_identity([row["config"] for row in rows if not row["identical"]], same)
+    harness.print_identity([row["config"] for row in rows if not row["identical"]], same)
     title = f"specdec benchmark, {options.size} models, {options.device} {options.dtype} ({record['date']})"
     record.write(out_dir / "bench.json", [speedup_figure(rows, title), breakdown_figure(rows, title)], title)
     return record
