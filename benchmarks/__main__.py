@@ -24,9 +24,8 @@ from __future__ import annotations
 import os
 import sys
 
-# Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores; timings are
-# taken on shared machines. cpu, e2e, stream and serve measure what a user meets: one process, the default
-# waiting, as `specdec transcribe` and the app run (passive waiting slows one process: docs/benchmarks.md).
+# Busy-waiting OpenMP threads slow torch badly when another process shares the cores, so the benchmarks
+# wait passively; cpu, e2e, stream, serve and app measure what a user meets, the runtime's default waiting.
 # Read when torch loads: set before anything imports it.
 if sys.argv[1:2] not in (["cpu"], ["e2e"], ["stream"], ["serve"], ["app"]):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -265,5 +265,5 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
     title = (
         f"specdec batch scaling, {options.size} models, α={options.alpha:g}, {options.device} {options.dtype}"
     )
-    record.write(out_dir / "batch.json", [figure(rows, f"{title} ({record['date']})")], title)
+    record.write(out_dir / "batch.json", lambda: [figure(rows, f"{title} ({record['date']})")], title)
     return record

@@ -125,7 +125,7 @@ def clips(options: CpuBenchOptions) -> dict[str, np.ndarray]:
     paths = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
     found = {path.stem: load_audio(path) for path in paths}
     # two spoken clips with half a second of silence after each, repeated: whisper-base transcribes all
-    # of it (94 tokens); in the other order, or with jfk's recording among them, it stops after a sentence
+    # of it; in the other order, or with jfk's recording among them, it stops after a sentence
     pause = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
     speech = np.concatenate([part for name in DENSE_PARTS for part in (found[name], pause)])
     window = WINDOW_FRAMES * SAMPLE_RATE // 100
@@ -424,7 +424,7 @@ def figure(rows: list[dict], steps: dict, title: str) -> plots.go.Figure:
     labels, kinds = [row["config"] for row in speculative], list(steps["kinds"])
     bars = [plots.bar(x, names, part, orientation="h") for part, x in parts.items()]
     panels = {
-        "end to end, summed over clips (s)": [bars],
+        "end to end, summed over clips (s)": bars,
         "steady speedup over the target alone": [
             plots.bar(labels, [row["speedup_steady"] for row in speculative], "measured"),
             plots.bar(labels, [row["bound"] for row in speculative], "Leviathan bound"),
@@ -492,7 +492,9 @@ def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dic
         rows=rows, steps=steps, batch=batch, goals=found, identical=identical,
         texts={name: runs[("generate()", name)][0].text for name in names},
     )  # fmt: skip
-    record.write(out_dir / "cpu.json", [figure(rows, steps, f"specdec on this CPU: {command}")], command)
+    record.write(
+        out_dir / "cpu.json", lambda: [figure(rows, steps, f"specdec on this CPU: {command}")], command
+    )
     return record
 
 
@@ -517,7 +519,8 @@ def step_bytes(model: nn.Module, positions: int, width: int) -> int:
     values over `positions` encoder states, and the self-attention cache."""
     weights = 0
     for name, module in [*model.model.decoder.named_modules(), ("proj_out", model.proj_out)]:
-        if name.endswith(("encoder_attn.k_proj", "encoder_attn.v_proj")):
+        # an int8 layer's packed-weights holder is counted with its layer
+        if name.endswith(("encoder_attn.k_proj", "encoder_attn.v_proj", "._packed_params")):
             continue
         weights += _own_weight_bytes(module)
     config = model.config

@@ -72,16 +72,18 @@ class Record(dict):
         )
         self.started = time.perf_counter()
 
-    def write(self, path: Path, figures: Sequence = (), title: str = "", quiet: bool = False) -> Path:
-        """The JSON at `path` (wall_seconds set), the figures in one HTML beside it; says so unless quiet."""
+    def write(self, path: Path, figures: Callable[[], Sequence] | None = None, title: str = "",
+              quiet: bool = False) -> Path:  # fmt: skip
+        """The JSON at `path` (wall_seconds set), then figures()' figures in one HTML beside it; says so
+        unless quiet. The JSON comes first: a figure that fails loses no measurement."""
         self["wall_seconds"] = time.perf_counter() - self.started
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self, indent=1))
         written = [path]
-        if figures:
+        if figures is not None:
             from benchmarks.plots import write_html  # plotly only here
 
-            written.append(write_html(figures, path.with_suffix(".html"), title))
+            written.append(write_html(figures(), path.with_suffix(".html"), title))
         if not quiet:
             print(f"wrote {' and '.join(map(str, written))} ({self['wall_seconds']:.0f} s)")
         return path

@@ -149,7 +149,7 @@ def run_and_report(options: ServeBenchOptions, out: Path, command: str) -> dict:
         rows=rows, alone=alone, identical=all(row["identical"] for row in rows),
     )  # fmt: skip
     title = f"python app.py, concurrent /v1 clients: {command}"
-    record.write(record_path(out, "serve.json"), [figure(rows, title)], title)
+    record.write(record_path(out, "serve.json"), lambda: [figure(rows, title)], title)
     return record
 
 

@@ -315,5 +315,7 @@ def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
     same = f"all {len(rows)} configurations produced generate()'s output token for token"
     harness.print_identity([row["config"] for row in rows if not row["identical"]], same)
     title = f"specdec benchmark, {options.size} models, {options.device} {options.dtype} ({record['date']})"
-    record.write(out_dir / "bench.json", [speedup_figure(rows, title), breakdown_figure(rows, title)], title)
+    record.write(
+        out_dir / "bench.json", lambda: [speedup_figure(rows, title), breakdown_figure(rows, title)], title
+    )
     return record
