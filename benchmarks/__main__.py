@@ -24,9 +24,8 @@ from __future__ import annotations
 import os
 import sys
 
-# Busy-waiting OpenMP threads slow torch 30-50x when another torch process shares the cores; timings are
-# taken on shared machines. cpu, e2e, stream and serve measure what a user meets: one process, the default
-# waiting, as `specdec transcribe` and the app run (passive waiting slows one process: docs/benchmarks.md).
+# Busy-waiting OpenMP threads slow torch badly when another process shares the cores, so the benchmarks
+# wait passively; cpu, e2e, stream, serve and app measure what a user meets, the runtime's default waiting.
 # Read when torch loads: set before anything imports it.
 if sys.argv[1:2] not in (["cpu"], ["e2e"], ["stream"], ["serve"], ["app"]):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -41,16 +40,16 @@ from pathlib import Path  # noqa: E402
 
 # name -> (module with the options dataclass, its name, module with run_and_report)
 BENCHMARKS = {
-    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens_report"),
+    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens"),
     "batch": ("benchmarks.batch", "BatchBenchOptions", "benchmarks.batch"),
     "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
     "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
     "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
-    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu_report"),
+    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu"),
     "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
     "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
     "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
-    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu_report"),
+    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu"),
     "app": ("benchmarks.app_check", "AppCheckOptions", "benchmarks.app_check"),
     "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
 }

@@ -14,20 +14,13 @@ ratio is set beside the record's for the same draft deciding for itself (adaptiv
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
-from benchmarks.common import goal, print_goals, report_header, write_json
+from benchmarks.harness import ASSETS, Record, goal, one_after_another_then_at_once, print_goals, served
 
-ROOT = Path(__file__).resolve().parent.parent
 GOAL_CONCURRENT = 4.0  # N requests at once finish this many times sooner than one after another
 GOAL_COMPARE = 0.2  # Compare's decode ratio within this share of the record's
 
@@ -42,34 +35,6 @@ class AppCheckOptions:
     seed: int = 0
     cache_dir: Path = DEFAULT_CACHE
     device: str = "cpu"  # the app's --device
-
-
-def start_app(options: AppCheckOptions, log: Path) -> tuple[subprocess.Popen, str, float, list[str]]:
-    """`python app.py` on the preset's folders; its process, URL, seconds until it answered, pair labels."""
-    from specdec.app.store import pairs_for
-
-    paths = bench_models(options.size, options.cache_dir, options.seed)
-    target, *drafts = (str(path) for path in paths.values())
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "app.py", "--target", target, "--device", options.device, "--port", str(port)]
-    for draft in drafts:
-        command += ["--draft", draft]
-    start = time.perf_counter()
-    server = subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    while time.perf_counter() - start < options.start_seconds:
-        if server.poll() is not None:
-            raise SystemExit(f"app: the server exited ({server.returncode}); see {log}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                return server, url, time.perf_counter() - start, list(pairs_for(target, drafts))
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    server.kill()
-    raise SystemExit(f"app: the server did not answer within {options.start_seconds} s; see {log}")
 
 
 def compare(url: str, clip: Path, label: str) -> dict:
@@ -119,20 +84,14 @@ def transcribe(url: str, clip: Path) -> dict:
 
 def concurrent(url: str, clip: Path, clients: int) -> dict:
     """N requests one after another, then the same N at once; seconds, their ratio, identical texts."""
-    start = time.perf_counter()
-    serial = [transcribe(url, clip) for _ in range(clients)]
-    serial_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        together = list(pool.map(lambda _: transcribe(url, clip), range(clients)))
-    together_seconds = time.perf_counter() - start
+    found = one_after_another_then_at_once(lambda _: transcribe(url, clip), range(clients))
     return {
         "clients": clients,
-        "one_after_another_seconds": serial_seconds,
-        "at_once_seconds": together_seconds,
-        "speedup": serial_seconds / together_seconds,
-        "mean_batch_rows": sum(answer["batch_rows"] for answer in together) / clients,
-        "identical": [a["text"] for a in together] == [a["text"] for a in serial],
+        "one_after_another_seconds": found["serial_seconds"],
+        "at_once_seconds": found["together_seconds"],
+        "speedup": found["serial_seconds"] / found["together_seconds"],
+        "mean_batch_rows": sum(answer["batch_rows"] for answer in found["together"]) / clients,
+        "identical": found["identical"],
     }
 
 
@@ -151,13 +110,19 @@ def record_ratio(record: Path, draft: str) -> float | None:
 
 
 def run_and_report(options: AppCheckOptions, out_dir: Path, command: str) -> dict:
-    """Start the app, drive it, print and write app.json (the server's log beside it)."""
-    started = time.perf_counter()
+    """Serve the app on the preset's models, drive it, print and write app.json (the server log beside it)."""
+    from specdec.app.store import pairs_for
+
+    record = Record(command, options)
     out_dir.mkdir(parents=True, exist_ok=True)
-    clip = ROOT / "assets" / options.clip
-    server, url, start_seconds, labels = start_app(options, out_dir / "app-server.log")
-    print(f"app answered after {start_seconds:.1f} s at {url}; pairs: {labels}", flush=True)
-    try:
+    clip = ASSETS / options.clip
+    target, *drafts = (
+        str(path) for path in bench_models(options.size, options.cache_dir, options.seed).values()
+    )
+    args = ["--target", target, "--device", options.device, *(a for d in drafts for a in ("--draft", d))]
+    with served(args, out_dir / "app-server.log", options.start_seconds) as (url, start_seconds):
+        labels = list(pairs_for(target, drafts))
+        print(f"app answered after {start_seconds:.1f} s at {url}; pairs: {labels}", flush=True)
         transcribe(url, clip)  # the first request's own costs (new shapes) are not the subject
         compared = compare(url, clip, labels[0])
         print(f"Compare: {json.dumps(compared)}", flush=True)
@@ -165,33 +130,18 @@ def run_and_report(options: AppCheckOptions, out_dir: Path, command: str) -> dic
         print(f"/v1 one request: {one['client_seconds']:.2f} s", flush=True)
         many = concurrent(url, clip, options.clients)
         print(f"/v1 {json.dumps(many)}", flush=True)
-    finally:
-        server.terminate()
-        server.wait(30)
     draft = list(PRESETS[options.size].drafts)[0]  # the first pair's draft
     expected = record_ratio(Path(options.record), draft) if options.record else None
     off = abs(compared["decode_speedup"] / expected - 1) if expected else None
+    at_once = f"{options.clients} /v1 requests at once over one after another"
     found = [
-        goal(
-            f"{options.clients} /v1 requests at once over one after another",
-            many["speedup"],
-            ">=",
-            GOAL_CONCURRENT,
-        ),
+        goal(at_once, many["speedup"], ">=", GOAL_CONCURRENT),
         goal("Compare's decode ratio off the record's, share", off, "<", GOAL_COMPARE),
     ]
-    report = {
-        **report_header(command, options),
-        "start_seconds": start_seconds,
-        "compare": compared,
-        "transcription": one,
-        "concurrent": many,
-        "record_decode_ratio": expected,
-        "identical": compared["identical"] and many["identical"],
-        "goals": found,
-        "wall_seconds": time.perf_counter() - started,
-    }
+    record.update(
+        start_seconds=start_seconds, compare=compared, transcription=one, concurrent=many,
+        record_decode_ratio=expected, identical=compared["identical"] and many["identical"], goals=found,
+    )  # fmt: skip
     print_goals(found)
-    write_json(report, out_dir / "app.json")
-    print(f"wrote {out_dir / 'app.json'} ({report['wall_seconds']:.0f} s)")
-    return report
+    record.write(out_dir / "app.json")
+    return record

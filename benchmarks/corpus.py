@@ -26,8 +26,9 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.common import report_header, write_json
+from benchmarks.harness import ASSETS, Record
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.corpus.inputs import list_inputs
@@ -36,7 +37,6 @@ from specdec.corpus.store import TRANSCRIPTS, read_rows
 from specdec.options import DecodeOptions
 from specdec.whisper.demo import build_demo_models
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 REAL_PAIR = ("base", "tiny.en")  # (target, draft): the bundled real checkpoints
 
 
@@ -131,7 +131,7 @@ def measured(run, *args) -> dict:
 
 def run_and_report(options: CorpusBenchOptions, out_dir: Path, command: str) -> dict:
     """Build the corpus, run every pair and configuration, print the table, write corpus.json."""
-    started = time.perf_counter()
+    record = Record(command, options)
     with tempfile.TemporaryDirectory(prefix="specdec-corpus-bench-") as scratch:
         folder = Path(scratch) / "audio"
         paths = build_corpus(folder, options.files, options.seed)
@@ -149,15 +149,13 @@ def run_and_report(options: CorpusBenchOptions, out_dir: Path, command: str) -> 
                 runs[workers] = measured(run_corpus, (target, draft), folder, out, decode, options, workers)
                 print(f"{pair} corpus, {workers} actor(s): {runs[workers]['wall_seconds']:.0f} s", flush=True)
             pairs[pair] = {"target": target, "draft": draft, "loop": loop, "corpus": runs}
-    report = summarise(pairs, audio_seconds, options, command)
-    report["wall_seconds"] = time.perf_counter() - started
-    print(table(report))
-    write_json(report, out_dir / "corpus.json")
-    print(f"wrote {out_dir / 'corpus.json'} ({report['wall_seconds']:.0f} s)")
-    return report
+    record |= summarise(pairs, audio_seconds, options)
+    print(table(record))
+    record.write(out_dir / "corpus.json")
+    return record
 
 
-def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions, command: str) -> dict:
+def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions) -> dict:
     """Throughput per configuration (hours of audio per hour), and whether every row matched the loop."""
     hours = audio_seconds / 3600
 
@@ -193,7 +191,6 @@ def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions, co
             )
         results[pair] = {"target": found["target"], "draft": found["draft"], "rows": rows}
     return {
-        **report_header(command, options),
         "files": options.files,
         "audio_hours": hours,
         "pairs": results,
@@ -201,20 +198,19 @@ def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions, co
     }
 
 
+COLUMNS = [
+    ("pair", "pair", "<7"),
+    ("configuration", "config", "<33"),
+    ("wall s", "wall_seconds", ">8.0f"),
+    ("h/h", "audio_hours_per_hour", ">9.1f"),
+    ("h/h no load", "without_loading", ">13.1f"),
+    ("same tokens", lambda row: "yes" if row["identical"] else "NO", ">13"),
+    ("load", lambda row: "{:.1f}-{:.1f}".format(*row["load_average"]), ">11"),
+]
+
+
 def table(report: dict) -> str:
     """One line per pair and configuration."""
-    lines = [
-        f"{report['files']} files, {report['audio_hours']:.3f} h of audio; h/h: hours of audio per hour",
-        f"{'pair':<6} {'configuration':<32} {'wall s':>8} {'h/h':>8} {'h/h no load':>12} "
-        f"{'same tokens':>12} {'load':>10}",
-    ]
-    for pair, found in report["pairs"].items():
-        for row in found["rows"]:
-            no_load = "-" if row["without_loading"] is None else f"{row['without_loading']:.1f}"
-            speed = row["audio_hours_per_hour"]
-            load = "{:.1f}-{:.1f}".format(*row["load_average"])
-            lines.append(
-                f"{pair:<6} {row['config']:<32} {row['wall_seconds']:>8.0f} {speed:>8.1f} "
-                f"{no_load:>12} {'yes' if row['identical'] else 'NO':>12} {load:>10}"
-            )
-    return "\n".join(lines)
+    rows = [{"pair": pair, **row} for pair, found in report["pairs"].items() for row in found["rows"]]
+    head = f"{report['files']} files, {report['audio_hours']:.3f} h of audio; h/h: hours of audio per hour"
+    return f"{head}\n{harness.table(rows, COLUMNS)}"

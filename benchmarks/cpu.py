@@ -1,24 +1,24 @@
 """`python -m benchmarks cpu`: the bundled real pairs on this CPU, every way to decode the same English audio.
 
 In one process, on the same waveforms (assets/en-*, a 30 s window of dense speech made of them, and any
---audio files), each `repeats` times in a rotated order on warm models: transformers' `generate()` on
-the target, our loop with the target alone, our loop with each draft variant (`VARIANTS`: the draft as
-loaded, then int8, a restricted vocabulary, audio-only encoding, the lean decoder step and pooled frames
-for its cross-attention added one by one) at fixed k and adaptive k (and the cost-aware k for the
-default variant), the default CPU pair's self-draft (`SELF_VARIANT`: whisper-base's own, the same
-settings, beside the same target) at fixed k and adaptive k, and faster-whisper (CTranslate2, the same
-whisper-base weights, the same thread count, beam 1) in float32 and int8 when it is installed, the same
-way after ours in a child process (`faster_whisper_runs`: CTranslate2 loaded beside torch, its threads
-left waiting after each call took our cores; our target alone's decode measured 1.32 s -> 2.08 s over
-the four clips). Greedy, English forced, no timestamps. Every output of ours is compared with
-`generate()`'s token ids, faster-whisper's with its text.
+--audio files), `repeats` rotated rounds on warm models: transformers' `generate()` on the target, our
+loop with the target alone, our loop with each draft variant (`VARIANTS`: the draft as loaded, then int8,
+a restricted vocabulary, audio-only encoding, the lean decoder step and pooled frames for its
+cross-attention added one by one) at fixed and adaptive k (and cost-aware for the default variant), the
+default CPU pair's self-draft (`SELF_VARIANT`, the same settings, beside the same target), and
+faster-whisper (CTranslate2, the same whisper-base weights and thread count, beam 1) in float32 and int8
+when installed, the same way after ours in a child process (CTranslate2 loaded beside torch leaves its
+threads waiting on our cores). Greedy, English forced, no timestamps. Every output of ours is compared
+with `generate()`'s token ids, faster-whisper's with its text.
 
-Apart from the decodes, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step
-of each variant, after a 20-token prompt, on the jfk clip's encoder states) and set against its memory
-floor: the bytes a step reads (the decoder weights it multiplies by, the cross-attention keys and values,
-the self-attention cache) over this machine's bandwidth, measured in the same run by copying a 256 MB
-tensor between the rounds of steps. The table, the goals and the Plotly report are in
-`benchmarks.cpu_report`.
+Per configuration, over the clips (each clip's median, summed): end to end, the encoders, the decode split
+into the first target pass and the steady steps after it, α = accepted / judged draft tokens, tokens per
+pass, the mean k of a drafting step, c = the draft's seconds per drafted token over our target alone's per
+step, Leviathan et al.'s bound and the efficiency (the steady speedup over the target alone / the bound).
+`generate()`'s decode is its end to end less our target alone's features and encoder (the same work).
+Apart, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step of each variant,
+after a 20-token prompt) against its memory floor: the bytes it reads over this machine's bandwidth,
+measured in the same run by copying a 256 MB tensor between the rounds of steps.
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks.real import run_generate
+from benchmarks import harness, plots
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, median, ratio
+from benchmarks.runners import faster_whisper_models, faster_whisper_transcribe, generate_waveform
+from specdec import internals
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine.cache import CachedDecoder
@@ -45,10 +48,8 @@ from specdec.whisper.features import encode, features
 from specdec.whisper.models import SELF_DRAFT, DraftSettings, load_self_draft, make_pair
 from specdec.whisper.tokens import WINDOW_FRAMES
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DENSE = "en-dense-30s"  # English speech filling one whole 30 s window (see `clips`)
 DENSE_PARTS = ("en-weather", "en-fellow-americans")
-LANGUAGE = "en"
 VARIANTS = {  # the draft variants, each adding one lever to the one before
     "float32": DraftSettings(),
     "int8": DraftSettings(int8=True),
@@ -59,8 +60,17 @@ VARIANTS = {  # the draft variants, each adding one lever to the one before
 }
 DEFAULT_VARIANT = "int8+vocab+audio+lean+pool"  # what SpeculativeWhisper runs on a CPU without being told
 SELF_VARIANT = "self-draft"  # the default CPU pair's draft: whisper-base's own, with the same CPU settings
+ALONE = "specdec target alone"
 PROMPT_TOKENS = 20  # cached tokens before a timed step
 COPY_BYTES = 256 * 2**20  # the bandwidth benchmark's tensor
+GOAL_DECODE, GOAL_DENSE, GOAL_FLOOR, GOAL_BATCH = 2.0, 1.5, 1.3, 1.3
+TIMES = ("end_to_end", "target_encoder", "draft_encoder", "decode", "first_pass", "steady")
+COUNTS = ("tokens", "steady_tokens", "passes", "drafted", "accepted", "judged", "drafting_steps")
+BATCH_POLICIES = {
+    "target alone": None,
+    "fixed": {"adaptive": False},
+    "cost-aware": {"adaptive": False, "cost_aware": True},
+}
 
 
 @dataclass(frozen=True)
@@ -96,21 +106,17 @@ class Run:
 
 def configs(options: CpuBenchOptions) -> list[Config]:
     """Our configurations, in the order every round starts from (faster-whisper's: `faster_whisper_runs`)."""
-    found = [Config("generate()", "generate()"), Config("specdec target alone", "specdec")]
-    k = options.num_draft_tokens
-    for variant in VARIANTS:
+    k, long_k = options.num_draft_tokens, options.long_num_draft_tokens
+    found = [Config("generate()", "generate()"), Config(ALONE, "specdec")]
+    for variant in [*VARIANTS, SELF_VARIANT]:
         found.append(Config(f"specdec {variant}, k={k}", "specdec", variant, "fixed"))
         found.append(Config(f"specdec {variant}, adaptive", "specdec", variant, "adaptive"))
-    long_k = options.long_num_draft_tokens
-    if long_k != k:
-        name = f"specdec {DEFAULT_VARIANT}, k={long_k}"
-        found.append(Config(name, "specdec", DEFAULT_VARIANT, "fixed", num_draft_tokens=long_k))
-    found.append(Config(f"specdec {DEFAULT_VARIANT}, cost-aware", "specdec", DEFAULT_VARIANT, "cost-aware"))
-    found.append(Config(f"specdec {SELF_VARIANT}, k={k}", "specdec", SELF_VARIANT, "fixed"))
-    found.append(Config(f"specdec {SELF_VARIANT}, adaptive", "specdec", SELF_VARIANT, "adaptive"))
-    if long_k != k:
-        name = f"specdec {SELF_VARIANT}, k={long_k}"
-        found.append(Config(name, "specdec", SELF_VARIANT, "fixed", num_draft_tokens=long_k))
+        if variant in (DEFAULT_VARIANT, SELF_VARIANT) and long_k != k:
+            found.append(
+                Config(f"specdec {variant}, k={long_k}", "specdec", variant, "fixed", num_draft_tokens=long_k)
+            )
+        if variant == DEFAULT_VARIANT:
+            found.append(Config(f"specdec {variant}, cost-aware", "specdec", variant, "cost-aware"))
     return found
 
 
@@ -119,7 +125,7 @@ def clips(options: CpuBenchOptions) -> dict[str, np.ndarray]:
     paths = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
     found = {path.stem: load_audio(path) for path in paths}
     # two spoken clips with half a second of silence after each, repeated: whisper-base transcribes all
-    # of it (94 tokens); in the other order, or with jfk's recording among them, it stops after a sentence
+    # of it; in the other order, or with jfk's recording among them, it stops after a sentence
     pause = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
     speech = np.concatenate([part for name in DENSE_PARTS for part in (found[name], pause)])
     window = WINDOW_FRAMES * SAMPLE_RATE // 100
@@ -145,106 +151,77 @@ class CpuBench:
 
     def decode(self, config: Config, waveform: np.ndarray) -> Run:
         if config.engine == "generate()":
-            token_ids, seconds = run_generate(self.whisper, waveform, LANGUAGE)
-            return Run(seconds, token_ids, self.whisper.decode_text(token_ids))
-        k = self.options.num_draft_tokens if config.num_draft_tokens is None else config.num_draft_tokens
+            token_ids, seconds = generate_waveform(self.whisper, waveform, LANGUAGE)
+            return Run(seconds, list(token_ids), self.whisper.decode_text(token_ids))
+        k = config.num_draft_tokens or self.options.num_draft_tokens
         policy = {"adaptive": config.policy == "adaptive", "cost_aware": config.policy == "cost-aware"}
-        speculative = config.variant is not None
-        options = TranscribeOptions(language=LANGUAGE, num_draft_tokens=k, speculative=speculative, **policy)
+        options = TranscribeOptions(
+            language=LANGUAGE, num_draft_tokens=k, speculative=bool(config.variant), **policy
+        )
         whisper = self.variants[config.variant or DEFAULT_VARIANT]
-        start = time.perf_counter()
-        (transcription,) = whisper.transcribe_waveforms([waveform], options)
-        seconds = time.perf_counter() - start
-        return Run(seconds, list(transcription.token_ids), transcription.text, _stats(transcription.result))
-
-    def measure(self, waveforms: dict[str, np.ndarray], log) -> dict[tuple[str, str], list[Run]]:
-        """(config, clip) -> one Run per round; a first untimed decode of the first clip warms each up."""
-        return measure(self.configs, self.decode, waveforms, self.options.repeats, log)
+        (found,), seconds = harness.timed(lambda: whisper.transcribe_waveforms([waveform], options))
+        return Run(seconds, list(found.token_ids), found.text, _stats(found.result))
 
 
-def measure(
-    configs: list[Config], decode, waveforms: dict[str, np.ndarray], repeats: int, log
-) -> dict[tuple[str, str], list[Run]]:
-    """(config, clip) -> one Run per round of decode(config, waveform), the configurations rotated each
-    round; a first untimed decode of the first clip warms each up."""
+def measure(configs: list[Config], decode, waveforms: dict[str, np.ndarray], repeats: int, log) -> dict:
+    """(config name, clip) -> one Run per round of decode(config, waveform), rotated rounds after a first
+    untimed decode of the first clip by each."""
     first = next(iter(waveforms.values()))
-    for config in configs:
-        decode(config, first)
-    runs: dict[tuple[str, str], list[Run]] = {}
-    for round_index in range(repeats):
-        shift = round_index % len(configs)
-        order = configs[shift:] + configs[:shift]
-        for name, waveform in waveforms.items():
-            for config in order:
-                runs.setdefault((config.name, name), []).append(decode(config, waveform))
-        log(f"round {round_index + 1}/{repeats} done")
-    return runs
+    runs = harness.rounds(
+        configs, lambda config, name: decode(config, waveforms[name]), repeats, list(waveforms),
+        warm_up=lambda config: decode(config, first), log=log,
+    )  # fmt: skip
+    return {(config.name, name): found for (config, name), found in runs.items()}
 
 
-def faster_whisper_runs(
-    options: CpuBenchOptions, waveforms: dict[str, np.ndarray], threads: int
-) -> tuple[list[Config], dict[tuple[str, str], list[Run]], str]:
+def faster_whisper_runs(options: CpuBenchOptions, waveforms: dict[str, np.ndarray], threads: int) -> tuple:
     """faster-whisper float32 and int8 measured as `measure` measures ours, in the process that runs this:
-    a child of the benchmark's (spawned), so that CTranslate2 never runs beside our calls. Returns its
-    configurations, their runs and a note on the models (or on why there are none)."""
+    a child of the benchmark's. Returns its configurations, their runs and a note on the models."""
     torch.set_num_threads(threads)
-    models, note = _faster_whisper_models(options.faster_whisper)
+    models, note = faster_whisper_models(options.faster_whisper)
     found = [Config(f"faster-whisper {t}", "faster-whisper", compute_type=t) for t in models]
-    if not found:
-        return [], {}, note
-    decode = lambda config, waveform: _faster_whisper_run(models[config.compute_type], waveform)  # noqa: E731
-    return found, measure(found, decode, waveforms, options.repeats, lambda message: None), note
 
+    def decode(config: Config, waveform: np.ndarray) -> Run:
+        model = models[config.compute_type]
+        (text, _), seconds = harness.timed(lambda: faster_whisper_transcribe(model, waveform, LANGUAGE))
+        return Run(seconds, None, text)
 
-BATCH_POLICIES = {
-    "target alone": None,
-    "fixed": {"adaptive": False},
-    "cost-aware": {"adaptive": False, "cost_aware": True},
-}
+    return found, measure(found, decode, waveforms, options.repeats, lambda _: None) if found else {}, note
 
 
 def batch_runs(bench: CpuBench, waveforms: dict[str, np.ndarray], log) -> dict[str, dict]:
     """options.batch_size clips (the clips in turn) decoded together by the default variant: the target
-    alone, fixed k and cost-aware k, `repeats` rounds in a rotated order. policy -> median seconds of the
-    whole batch, its token ids and its target passes (the batch's steps)."""
+    alone, fixed k and cost-aware k, `repeats` rotated rounds after an untimed one. policy -> median
+    seconds of the whole batch, its token ids and its target passes (the batch's steps)."""
     names = list(waveforms)
     batch = [waveforms[names[i % len(names)]] for i in range(bench.options.batch_size)]
-    whisper = bench.variants[DEFAULT_VARIANT]
-    policies = list(BATCH_POLICIES)
-    seconds: dict[str, list[float]] = {policy: [] for policy in policies}
-    found: dict[str, dict] = {}
-    for round_index in range(bench.options.repeats + 1):  # round 0 warms up
-        shift = round_index % len(policies)
-        for policy in policies[shift:] + policies[:shift]:
-            extra = BATCH_POLICIES[policy]
-            options = TranscribeOptions(
-                language=LANGUAGE,
-                num_draft_tokens=bench.options.num_draft_tokens,
-                speculative=extra is not None,
-                batch_size=len(batch),
-                **(extra or {}),
-            )
-            start = time.perf_counter()
-            transcriptions = whisper.transcribe_waveforms(batch, options)
-            if round_index:
-                seconds[policy].append(time.perf_counter() - start)
-            found[policy] = {
-                "token_ids": [list(t.token_ids) for t in transcriptions],
-                "passes": max(t.result.num_target_passes for t in transcriptions),  # the batch's passes
-                "accepted": sum(t.result.num_accepted for t in transcriptions),
-                "drafted": sum(t.result.num_drafted for t in transcriptions),
-            }
+    whisper, k = bench.variants[DEFAULT_VARIANT], bench.options.num_draft_tokens
+
+    def run(policy: str, _: object = None) -> tuple:
+        extra = BATCH_POLICIES[policy]
+        options = TranscribeOptions(language=LANGUAGE, num_draft_tokens=k, speculative=extra is not None,
+                                    batch_size=len(batch), **(extra or {}))  # fmt: skip
+        return harness.timed(lambda: whisper.transcribe_waveforms(batch, options))
+
+    runs = harness.rounds(list(BATCH_POLICIES), run, bench.options.repeats, warm_up=run, log=lambda _: None)
     log(f"batch of {len(batch)} done")
-    for policy in policies:
-        found[policy]["seconds"] = statistics.median(seconds[policy])
-        found[policy]["all_rounds"] = seconds[policy]
+    found = {}
+    for (policy, _), timed in runs.items():
+        transcriptions = timed[-1][0]
+        found[policy] = {
+            "token_ids": [list(t.token_ids) for t in transcriptions],
+            "passes": max(t.result.num_target_passes for t in transcriptions),  # the batch's passes
+            "accepted": sum(t.result.num_accepted for t in transcriptions),
+            "drafted": sum(t.result.num_drafted for t in transcriptions),
+            "seconds": median(seconds for _, seconds in timed),
+            "all_rounds": [seconds for _, seconds in timed],
+        }
     return found
 
 
 def _stats(result) -> dict:
     """What a specdec decoding recorded, for the statistics (batch 1: one row per pass)."""
-    first, steady = result.passes[0], result.passes[1:]
-    steady_steps = result.steps[1:]
+    first, steady, steady_steps = result.passes[0], result.passes[1:], result.steps[1:]
     return {
         "target_encoder": sum(e.seconds for e in result.encodings if e.model == TARGET_ENCODER),
         "draft_encoder": sum(e.seconds for e in result.encodings if e.model == DRAFT_ENCODER),
@@ -264,56 +241,261 @@ def _stats(result) -> dict:
     }
 
 
-def _faster_whisper_models(wanted: bool) -> tuple[dict, str]:
-    """{"float32": model, "int8": model} on the bundled base weights, or ({}, why not)."""
-    if not wanted:
-        return {}, "faster-whisper: left out (--no-faster-whisper)"
-    try:
-        from faster_whisper import WhisperModel
-    except ImportError:
-        return {}, "faster-whisper: not installed (pip install faster-whisper), left out"
-    folder = _ct2_base_folder()
-    threads = torch.get_num_threads()
-    models = {
-        compute_type: WhisperModel(str(folder), device="cpu", compute_type=compute_type, cpu_threads=threads)
-        for compute_type in ("float32", "int8")
+def clip_medians(runs: list[Run]) -> dict:
+    """A clip's times (median over rounds) and counts (the same every round: greedy)."""
+    found = {"end_to_end": median(run.end_to_end for run in runs)}
+    for key in (*TIMES[1:], "steady_draft", "steady_verify", *COUNTS, "steady_drafted"):
+        if key in runs[0].stats:
+            found[key] = median(run.stats[key] for run in runs)
+    return found
+
+
+def summarise(bench: CpuBench, names: list[str], runs: dict[tuple[str, str], list[Run]]) -> list[dict]:
+    """One row per configuration: sums over clips of each clip's medians, and the derived statistics."""
+    per_clip = {key: clip_medians(value) for key, value in runs.items()}
+    reference = {clip: runs[("generate()", clip)][0] for clip in names}
+    alone = {key: sum(per_clip[(ALONE, clip)][key] for clip in names) for key in (*TIMES, *COUNTS)}
+    overhead = {
+        clip: per_clip[(ALONE, clip)]["end_to_end"] - per_clip[(ALONE, clip)]["decode"] for clip in names
     }
-    return models, f"faster-whisper: the bundled base weights ({folder}), {threads} threads, beam 1"
+    alone_step = alone["steady"] / max(alone["passes"] - len(names), 1)  # seconds per target-only step
+    alone_per_token = alone["steady"] / max(alone["steady_tokens"], 1)
+    rows = []
+    for config in bench.configs:
+        clips = {clip: per_clip[(config.name, clip)] for clip in names}
+        total = {key: sum(c.get(key, 0.0) for c in clips.values()) for key in clips[names[0]]}
+        if config.engine == "generate()":
+            total["decode"] = sum(c["end_to_end"] - overhead[name] for name, c in clips.items())
+        row = {
+            "config": config.name,
+            "engine": config.engine,
+            "variant": config.variant,
+            "policy": config.policy,
+        }
+        row |= {"seconds": total, "clips": clips, "identical": _identical(config, names, runs, reference)}
+        row["seconds_all_rounds"] = {
+            clip: [run.end_to_end for run in runs[(config.name, clip)]] for clip in names
+        }
+        if config.engine == "specdec":
+            row |= _speculative(total, alone_step, alone_per_token)
+        rows.append(row)
+    by_name = {row["config"]: row for row in rows}
+    for row in rows:
+        for other in ("generate()", ALONE, "faster-whisper float32"):
+            if other in by_name:
+                row[f"x_{other}_e2e"] = by_name[other]["seconds"]["end_to_end"] / row["seconds"]["end_to_end"]
+        row["x_alone_decode"] = ratio(by_name[ALONE]["seconds"]["decode"], row["seconds"].get("decode"))
+    return rows
 
 
-def _ct2_base_folder() -> Path:
-    """The bundled whisper-base as a CTranslate2 folder (its model.bin assembled from the packages)."""
-    from specdec.whisper.bundled import BUNDLES, cache_dir, installed_files
-
-    bundle = BUNDLES["base"]
-    source, parts = installed_files(bundle)
-    folder = cache_dir() / "ct2" / f"base-{bundle.sha256[:12]}"
-    if not (folder / "model.bin").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        for path in source.iterdir():
-            if path.is_file() and not path.name.startswith("model.bin"):
-                (folder / path.name).write_bytes(path.read_bytes())
-        partial = folder / "model.bin.partial"
-        with partial.open("wb") as out:
-            for part in parts:
-                out.write(part.read_bytes())
-        partial.rename(folder / "model.bin")
-    return folder
+def _identical(config: Config, names: list[str], runs: dict, reference: dict) -> bool:
+    """Every run's output equals generate()'s: token ids for ours, the text (spaces aside) for
+    faster-whisper."""
+    return all(
+        run.token_ids == reference[clip].token_ids if run.token_ids is not None
+        else run.text.split() == reference[clip].text.split()
+        for clip in names for run in runs[(config.name, clip)]
+    )  # fmt: skip
 
 
-def _faster_whisper_run(model, waveform: np.ndarray) -> Run:
-    start = time.perf_counter()
-    segments, _ = model.transcribe(
-        waveform,
-        language=LANGUAGE,
-        beam_size=1,
-        temperature=0.0,
-        without_timestamps=True,
-        condition_on_previous_text=False,
-        vad_filter=False,
+def _speculative(total: dict, alone_step: float, alone_per_token: float) -> dict:
+    """α, tokens per pass, mean k, c, the bound and the efficiency of one specdec configuration."""
+    found = {
+        "tokens_per_second": total["tokens"] / total["decode"],
+        "tokens_per_pass": total["tokens"] / total["passes"],
+    }
+    if not total.get("drafted"):
+        return found | {"alpha": None, "k": None, "c": None, "bound": None, "efficiency": None}
+    alpha = total["accepted"] / max(total["judged"], 1)
+    mean_k = total["drafted"] / max(total["drafting_steps"], 1)
+    c = total["steady_draft"] / max(total["steady_drafted"], 1) / alone_step
+    speedup = alone_per_token / (total["steady"] / max(total["steady_tokens"], 1))
+    bound = harness.leviathan_bound(alpha, mean_k, c)
+    return found | {"alpha": alpha, "k": mean_k, "c": c, "bound": bound, "speedup_steady": speedup,
+                    "efficiency": speedup / bound}  # fmt: skip
+
+
+def _seconds(key: str) -> harness.Column:
+    return (
+        f"{key.replace('_', ' ')} s".replace("end to end", "e2e"),
+        lambda row: row["seconds"].get(key),
+        ".2f",
     )
-    text = "".join(segment.text for segment in segments).strip()  # decoding happens while iterating
-    return Run(time.perf_counter() - start, None, text)
+
+
+COLUMNS = [
+    ("configuration", "config", ""),
+    *(_seconds(key) for key in TIMES),
+    ("tokens/s", "tokens_per_second", ".0f"),
+    ("α", "alpha", ".2f"),
+    ("tokens/pass", "tokens_per_pass", ".2f"),
+    ("k", "k", ".1f"),
+    ("c", "c", ".2f"),
+    ("bound", "bound", ".2f"),
+    ("x alone steady", "speedup_steady", ".2f"),
+    ("efficiency", "efficiency", ".2f"),
+    ("x alone decode", "x_alone_decode", ".2f"),
+    ("x alone e2e", f"x_{ALONE}_e2e", ".2f"),
+    ("x generate() e2e", "x_generate()_e2e", ".2f"),
+    ("x faster-whisper f32 e2e", "x_faster-whisper float32_e2e", ".2f"),
+    ("same as generate()", lambda row: "yes" if row["identical"] else "NO", ""),
+]
+
+
+def clip_table(rows: list[dict], names: list[str]) -> str:
+    """End to end ms per clip (median over rounds)."""
+    columns = [("configuration", "config", "")]
+    columns += [
+        (name, lambda row, name=name: 1000 * row["clips"][name]["end_to_end"], ".0f") for name in names
+    ]
+    return harness.table(rows, columns, markdown=True)
+
+
+def step_table(steps: dict) -> str:
+    kinds = [
+        {"kind": name, **kind, "ratio": kind["seconds"] / kind["floor_seconds"]}
+        for name, kind in steps["kinds"].items()
+    ]
+    return harness.table(kinds, [
+        ("step kind", "kind", ""), ("ms", lambda k: 1000 * k["seconds"], ".2f"),
+        ("MB read", lambda k: k["bytes"] / 1e6, ".0f"),
+        ("floor ms", lambda k: 1000 * k["floor_seconds"], ".2f"), ("x floor", "ratio", ".1f"),
+    ], markdown=True)  # fmt: skip
+
+
+def batch_table(batch: dict[str, dict], size: int) -> str:
+    """The batch of `size` clips: seconds, speedup over the batched target alone, passes, acceptance."""
+    alone = batch["target alone"]
+    rows = [
+        {
+            "policy": policy,
+            **found,
+            "ratio": alone["seconds"] / found["seconds"],
+            "alpha": ratio(found["accepted"], found["drafted"]),
+            "same": "yes" if found["token_ids"] == alone["token_ids"] else "NO",
+        }
+        for policy, found in batch.items()
+    ]
+    return harness.table(rows, [
+        (f"batch of {size}, {DEFAULT_VARIANT}", "policy", ""), ("seconds", "seconds", ".2f"),
+        ("x target alone", "ratio", ".2f"), ("target passes", "passes", ""), ("α", "alpha", ".2f"),
+        ("same", "same", ""),
+    ], markdown=True)  # fmt: skip
+
+
+def goals(rows: list[dict], batch: dict[str, dict], config: str, with_batch: bool = True) -> list[dict]:
+    """The real-pair goals this benchmark measures for one configuration (of the default tiny.en variant or
+    the self-draft); the batch goal where the batch ran that configuration's policy and k."""
+    by_name = {row["config"]: row for row in rows}
+    best = by_name[config]
+    dense = by_name[ALONE]["clips"][DENSE]["end_to_end"] / best["clips"][DENSE]["end_to_end"]
+    found = [
+        goal(f"decode vs our target alone, batch 1 ({config})", best["x_alone_decode"], ">=", GOAL_DECODE),
+        goal(f"end to end vs our target alone, dense 30 s window ({config})", dense, ">=", GOAL_DENSE),
+    ]
+    for compute_type in ("float32", "int8"):
+        other = by_name.get(f"faster-whisper {compute_type}")
+        value = ratio(other and other["seconds"]["end_to_end"], best["seconds"]["end_to_end"])
+        found.append(goal(f"end to end vs faster-whisper {compute_type} ({config})", value, ">=", 1.0))
+    if not with_batch:
+        return found
+    policy = "cost-aware" if "cost-aware" in config else "fixed"
+    value = batch["target alone"]["seconds"] / batch[policy]["seconds"]
+    return [
+        *found,
+        goal(f"batch vs the batched target alone ({DEFAULT_VARIANT}, {policy} k)", value, ">=", GOAL_BATCH),
+    ]
+
+
+def figure(rows: list[dict], steps: dict, title: str) -> plots.go.Figure:
+    """Left: where each configuration's time goes; middle: speedup and bound; right: steps and floors."""
+    names, parts = [row["config"] for row in rows], {}
+    for row in rows:
+        s = row["seconds"]
+        split = "decode" in s and row["engine"] == "specdec"
+        encoders = s["end_to_end"] - s["decode"] - s.get("draft_encoder", 0) if split else 0.0
+        values = (encoders, s.get("draft_encoder", 0), s.get("first_pass", 0), s.get("steady", 0))
+        for part, value in zip(
+            ("features + target encoder", "draft encoder", "first pass", "steady steps"), values, strict=True
+        ):
+            parts.setdefault(part, []).append(value if split else 0.0)
+        parts.setdefault("end to end (not split)", []).append(0.0 if split else s["end_to_end"])
+    speculative = [row for row in rows if row.get("bound")]
+    labels, kinds = [row["config"] for row in speculative], list(steps["kinds"])
+    bars = [plots.bar(x, names, part, orientation="h") for part, x in parts.items()]
+    panels = {
+        "end to end, summed over clips (s)": bars,
+        "steady speedup over the target alone": [
+            plots.bar(labels, [row["speedup_steady"] for row in speculative], "measured"),
+            plots.bar(labels, [row["bound"] for row in speculative], "Leviathan bound"),
+        ],
+        "step vs floor (ms)": [
+            plots.bar(kinds, [1000 * k["seconds"] for k in steps["kinds"].values()], "step"),
+            plots.bar(kinds, [1000 * k["floor_seconds"] for k in steps["kinds"].values()], "floor"),
+        ],
+    }  # fmt: skip
+    axes = [{"y": {"autorange": "reversed"}}, {"x": {"tickangle": 45}}, {"x": {"tickangle": 45}}]
+    return plots.figure(
+        title, panels, axes, widths=[0.45, 0.3, 0.25], barmode="stack", height=620, width=1500
+    )
+
+
+def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dict:
+    """Run the CPU benchmark, print the tables and the goals, write cpu.json and cpu.html."""
+    record = Record(command, options)
+    harness.quiet_transformers()
+    bench = CpuBench(options)
+    waveforms = clips(options)
+    names = list(waveforms)
+    log = lambda message: print(f"[{time.perf_counter() - record.started:5.0f} s] {message}", flush=True)  # noqa: E731
+    steps = step_costs(bench, waveforms.get("en-jfk", waveforms[names[0]]), log)
+    runs = measure(bench.configs, bench.decode, waveforms, options.repeats, log)
+    fw_configs, fw_runs, fw_note = harness.in_child(
+        faster_whisper_runs, options, waveforms, torch.get_num_threads()
+    )
+    log(f"{fw_note}: timed in a child process")
+    bench.configs += fw_configs
+    rows = summarise(bench, names, runs | fw_runs)
+    batch = batch_runs(bench, waveforms, log)
+    k, long_k = options.num_draft_tokens, options.long_num_draft_tokens
+    found = goals(rows, batch, f"specdec {DEFAULT_VARIANT}, k={k}")
+    if long_k != k:  # the batch decodes at the default k only
+        found += goals(rows, batch, f"specdec {DEFAULT_VARIANT}, k={long_k}", with_batch=False)
+    found += goals(rows, batch, f"specdec {DEFAULT_VARIANT}, cost-aware")
+    for each in dict.fromkeys((k, long_k)):  # the default pair's
+        found += goals(rows, batch, f"specdec {SELF_VARIANT}, k={each}", with_batch=False)
+    step = steps["kinds"]["target, 1 token"]
+    found.append(goal("target step / memory floor", step["seconds"] / step["floor_seconds"], "<", GOAL_FLOOR))
+    tokens = {name: len(runs[("generate()", name)][0].token_ids) for name in names}
+    described = [
+        f"{name} ({len(waveforms[name]) / SAMPLE_RATE:.1f} s, {tokens[name]} tokens)" for name in names
+    ]
+    print(f"\nclips: {', '.join(described)}; {torch.get_num_threads()} threads; {options.repeats} rounds\n")
+    print(harness.table(rows, COLUMNS, markdown=True), "\n")
+    print(clip_table(rows, names), "\n")
+    print(f"memory bandwidth (copy): {steps['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s\n")
+    print(step_table(steps), "\n")
+    print(batch_table(batch, options.batch_size), "\n")
+    harness.print_goals(found)
+    mismatched = [row["config"] for row in rows if row["engine"] != "faster-whisper" and not row["identical"]]
+    mismatched += [
+        f"batch {policy}"
+        for policy, b in batch.items()
+        if b["token_ids"] != batch["target alone"]["token_ids"]
+    ]
+    identical = harness.print_identity(mismatched, "every output of ours equals generate()'s")
+    target, draft = bench.whisper.pair.target, bench.whisper.pair.draft
+    record.update(
+        models={"target": f"{target.name} ({target.source})", "draft": f"{draft.name} ({draft.source})",
+                "faster_whisper": f"{fw_note}; timed in a child process"},
+        clips={name: len(waveform) / SAMPLE_RATE for name, waveform in waveforms.items()},
+        rows=rows, steps=steps, batch=batch, goals=found, identical=identical,
+        texts={name: runs[("generate()", name)][0].text for name in names},
+    )  # fmt: skip
+    record.write(
+        out_dir / "cpu.json", lambda: [figure(rows, steps, f"specdec on this CPU: {command}")], command
+    )
+    return record
 
 
 # ---------------------------------------------------------------- step kinds against the memory floor
@@ -337,7 +519,8 @@ def step_bytes(model: nn.Module, positions: int, width: int) -> int:
     values over `positions` encoder states, and the self-attention cache."""
     weights = 0
     for name, module in [*model.model.decoder.named_modules(), ("proj_out", model.proj_out)]:
-        if name.endswith(("encoder_attn.k_proj", "encoder_attn.v_proj")):
+        # an int8 layer's packed-weights holder is counted with its layer
+        if name.endswith(("encoder_attn.k_proj", "encoder_attn.v_proj", "._packed_params")):
             continue
         weights += _own_weight_bytes(module)
     config = model.config
@@ -348,9 +531,9 @@ def step_bytes(model: nn.Module, positions: int, width: int) -> int:
 def _own_weight_bytes(module: nn.Module) -> int:
     if isinstance(module, nn.Linear):
         return sum(p.numel() * p.element_size() for p in (module.weight, module.bias) if p is not None)
-    if hasattr(module, "_packed_params"):  # a dynamically quantised int8 linear layer
-        weight, bias = module._weight_bias()
-        return weight.numel() + (bias.numel() * 4 if bias is not None else 0)
+    if internals.is_dynamic_int8(module):  # int8 weights, a float32 bias
+        bias = module.bias()
+        return module.weight().numel() + (bias.numel() * 4 if bias is not None else 0)
     return 0
 
 

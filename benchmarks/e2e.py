@@ -12,9 +12,9 @@ long clips, as ours). Clips: assets/*.wav and *.flac, the long-form assets/long/
 Models are loaded once and warmed up with one untimed call each on a clip that is timed nowhere (the
 first seconds of two clips spliced into a temporary WAV). Then `repeats` rounds, the configurations in a
 rotated order each round, each call after a short untimed pause (SETTLE_SECONDS); faster-whisper's two
-configurations the same way after ours, in a child process (CTranslate2 loaded beside torch slowed our
-speculative calls, ~1.25x -> ~1.0x on the long clip); per (clip,
-configuration) the median seconds and ratio = the target alone's median / this one's. OpenMP threads
+configurations the same way after ours, in a child process (CTranslate2 loaded beside torch slows our
+calls); per (clip, configuration) the median seconds and ratio = the target alone's median / this one's.
+OpenMP threads
 wait as the runtime does by default (not passively, as the other benchmarks make them), as in a user's
 `specdec transcribe` or app. Every speculative output is checked token for token against the target alone's
 (faster-whisper's text is compared and reported, not required).
@@ -23,11 +23,9 @@ wait as the runtime does by default (not passively, as the other benchmarks make
 from __future__ import annotations
 
 import math
-import multiprocessing
 import statistics
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -35,19 +33,16 @@ from typing import ClassVar
 import numpy as np
 import soundfile
 import torch
-import transformers
 
-from benchmarks.common import report_header, write_json
-from benchmarks.cpu import _faster_whisper_models
-from benchmarks.plots import COLOURS
+from benchmarks import harness, plots
+from benchmarks.harness import ASSETS, Record, audio_paths, record_path
+from benchmarks.runners import faster_whisper_models, faster_whisper_transcribe
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.distill.data import find_clips
 from specdec.longform import is_long
 from specdec.options import DecodeOptions
 from specdec.whisper.models import PairError
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 LONG_CLIPS = (ASSETS / "long" / "en-six-parts.flac",)
 TARGET_ALONE = "target alone"
 COMPUTE_TYPES = ("float32", "int8")  # faster-whisper's
@@ -64,8 +59,8 @@ class E2eBenchOptions:
     drafts: str = "self,tiny.en"  # comma-separated drafts: "tiny.en", "self" (shipped self-draft), a folder
     clips: str = ""  # only these clips, comma-separated names (en-jfk) or paths; empty: all of them
     extra: str = ""  # more audio files or folders, comma-separated (audio the drafts were never trained on)
-    # 5, not 3: with 3 rounds a 0.6 s request read 7% apart from the same work, and the never-slower
-    # goal is judged within a percent
+    # 5, not 3: the never-slower goal is judged within a percent, closer than fewer rounds of a short
+    # request agree with each other
     repeats: int = 5  # rounds: every configuration decodes every clip once per round, order rotated
     target: str = "base"  # the target; faster-whisper runs only beside the bundled base
     faster_whisper: bool = True  # time faster-whisper float32 and int8 too when it is installed
@@ -111,31 +106,17 @@ def split(names: str) -> list[str]:
 def clips(options: E2eBenchOptions) -> list[Clip]:
     """The short assets, the long clip and --extra, or the --clips among them (or given by path); a folder
     given stands for every audio file under it."""
-    extra = expand([Path(name) for name in split(options.extra)])
+    extra = audio_paths([Path(name) for name in split(options.extra)])
     found = [*sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]), *LONG_CLIPS, *extra]
     if options.clips:
         by_name = {key: path for path in found for key in (path.stem, path.name, str(path))}
-        found = expand([by_name.get(name, Path(name)) for name in split(options.clips)])
+        found = audio_paths([by_name.get(name, Path(name)) for name in split(options.clips)])
     missing = [str(path) for path in found if not path.is_file()]
     if missing:
         choices = ", ".join(path.stem for path in [*sorted(ASSETS.glob("*.*")), *LONG_CLIPS])
         raise SystemExit(f"e2e: no audio file {', '.join(missing)} (clip names: {choices})")
     waveforms = {path: load_audio(path, max_seconds=None) for path in found}
     return [Clip(path, len(audio) / SAMPLE_RATE, is_long(audio)) for path, audio in waveforms.items()]
-
-
-def expand(paths: list[Path]) -> list[Path]:
-    """Each folder replaced by the audio files under it, sorted (`scripts/get_real_speech.py`'s folder)."""
-    found = []
-    for path in paths:
-        if not path.is_dir():
-            found.append(path)
-            continue
-        audio = [clip.path for clip in find_clips(path)]
-        if not audio:
-            raise SystemExit(f"e2e: no audio files under {path}")
-        found += audio
-    return found
 
 
 def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Config]]:
@@ -156,37 +137,26 @@ def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Confi
 
 def measure_faster_whisper(
     wanted: bool, clips: list[Clip], warm_up: Path, repeats: int, threads: int
-) -> tuple[list[Config], dict[tuple[str, Path], list[Call]], str]:
+) -> tuple:
     """faster-whisper float32 and int8 timed as `measure` times ours, in the process that runs this (a
-    child of the benchmark's: CTranslate2 loaded beside torch slowed our speculative calls ~20%)."""
+    child of the benchmark's): its configurations, calls and a note on the models."""
     torch.set_num_threads(threads)
-    fw_models, note = _faster_whisper_models(wanted)
+    fw_models, note = faster_whisper_models(wanted)
     models = {f"faster-whisper {compute_type}": model for compute_type, model in fw_models.items()}
     configs = [Config(name, compute_type=name.split()[-1]) for name in models]
-    if not configs:
-        return [], {}, note
-    for config in configs:
-        call(config, models[config.name], warm_up, long=False)
-    return configs, measure(configs, models, clips, repeats, lambda message: None), note
+    return configs, measure(configs, models, clips, repeats, warm_up, lambda _: None) if configs else {}, note
 
 
 def call(config: Config, model, path: Path, long: bool) -> Call:
     """The timed request: the file's path in, its transcript out."""
     if config.compute_type:
-        start = time.perf_counter()
-        segments, info = model.transcribe(
-            str(path),
-            beam_size=1,
-            temperature=0.0,
-            without_timestamps=not long,
-            condition_on_previous_text=False,
-            vad_filter=False,
+        (text, language), seconds = harness.timed(
+            lambda: faster_whisper_transcribe(model, str(path), long=long)
         )
-        text = "".join(segment.text for segment in segments).strip()  # decoding happens while iterating
-        return Call(time.perf_counter() - start, info.language, text)
-    start = time.perf_counter()
-    (found,) = model.transcribe(str(path), return_stats=True, speculative=config.draft is not None)
-    seconds = time.perf_counter() - start
+        return Call(seconds, language, text)
+    (found,), seconds = harness.timed(
+        lambda: model.transcribe(str(path), return_stats=True, speculative=config.draft is not None)
+    )
     return Call(seconds, found.language, found.text, found.token_ids, found.result.stats())
 
 
@@ -199,20 +169,14 @@ def warm_up_clip(clips: list[Clip], folder: Path) -> Path:
     return path
 
 
-def measure(
-    configs: list[Config], models: dict[str, object], clips: list[Clip], repeats: int, log
-) -> dict[tuple[str, Path], list[Call]]:
-    """(config name, clip path) -> one Call per round, the configurations rotated each round."""
-    calls: dict[tuple[str, Path], list[Call]] = {}
-    for round_index in range(repeats):
-        shift = round_index % len(configs)
-        for clip in clips:
-            for config in configs[shift:] + configs[:shift]:
-                time.sleep(SETTLE_SECONDS)
-                found = call(config, models[config.name], clip.path, clip.long)
-                calls.setdefault((config.name, clip.path), []).append(found)
-        log(f"round {round_index + 1}/{repeats} done")
-    return calls
+def measure(configs: list[Config], models: dict, clips: list[Clip], repeats: int, warm_up: Path, log) -> dict:
+    """(config name, clip path) -> one Call per round, after an untimed call each on the warm-up clip."""
+    found = harness.rounds(
+        configs, lambda config, clip: call(config, models[config.name], clip.path, clip.long), repeats, clips,
+        warm_up=lambda config: call(config, models[config.name], warm_up, long=False),
+        settle=SETTLE_SECONDS, log=log,
+    )  # fmt: skip
+    return {(config.name, clip.path): calls for (config, clip), calls in found.items()}
 
 
 def rows_of(
@@ -242,17 +206,10 @@ def rows_of(
                 "median_seconds": median,
                 "all_seconds": [c.seconds for c in mine],
                 "ratio": alone_median / median,
-                # the decode phase alone (encoders excluded), median over rounds: the warm decode-only figure
-                "decode_seconds": None if config.compute_type else statistics.median(
-                    c.stats["decode_seconds"] for c in mine
-                ),
-                # medians over rounds, for the cost of drafting (`drafting_costs`)
-                "draft_seconds": None if config.compute_type else statistics.median(
-                    c.stats["draft_seconds"] for c in mine
-                ),
-                "verify_seconds": None if config.compute_type else statistics.median(
-                    c.stats["verify_seconds"] for c in mine
-                ),
+                # the decode phase alone (encoders excluded), the draft's and the verify passes' shares
+                # (`drafting_costs`): medians over rounds
+                **{key: None if config.compute_type else statistics.median(c.stats[key] for c in mine)
+                   for key in ("decode_seconds", "draft_seconds", "verify_seconds")},
                 "acceptance_rate": stats.get("acceptance_rate"),
                 "accepted": stats.get("num_accepted"),
                 "drafted": stats.get("num_drafted"),
@@ -446,25 +403,18 @@ def summary_lines(found: dict[str, dict]) -> list[str]:
     return lines
 
 
-def figure(rows: list[dict], configs: list[Config], title: str):
+def figure(rows: list[dict], configs: list[Config], title: str) -> plots.go.Figure:
     """Ratio to the target alone per clip: a bar per draft, faster-whisper as markers, a line at 1.0."""
-    import plotly.graph_objects as go
-
-    result = go.Figure()
-    others = [config for config in configs if config.name != TARGET_ALONE]
-    for colour, config in zip(COLOURS * 3, others, strict=False):
+    traces = []
+    for colour, config in zip(plots.COLOURS, [c for c in configs if c.name != TARGET_ALONE], strict=False):
         mine = [row for row in rows if row["configuration"] == config.name]
         x, y = [row["clip"] for row in mine], [row["ratio"] for row in mine]
-        if config.draft:
-            result.add_bar(x=x, y=y, name=f"speculative, draft {config.draft}", marker={"color": colour})
-        else:
-            result.add_scatter(x=x, y=y, name=config.name, mode="markers", marker={"size": 11})
-    result.add_hline(y=1.0, line={"color": "grey", "dash": "dash"}, annotation_text="target alone")
-    result.update_layout(
-        title=title, barmode="group", yaxis_title="x the target alone, end to end (median)",
-        height=480, width=1100, template="plotly_white",
-    )  # fmt: skip
-    return result
+        traces.append(
+            plots.bar(x, y, f"speculative, draft {config.draft}", marker={"color": colour}) if config.draft
+            else plots.scatter(x, y, config.name, mode="markers", marker={"size": 11})
+        )  # fmt: skip
+    axes = [{"y": {"title_text": "x the target alone, end to end (median)"}}]
+    return plots.figure(title, {"": traces}, axes, one_line=[1], barmode="group")
 
 
 def describe(model) -> str:
@@ -478,53 +428,37 @@ def describe(model) -> str:
 
 def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
     """Run the benchmark, print the table and the summary, write the JSON (and the HTML beside it)."""
-    started = time.perf_counter()
-    log = lambda message: print(f"[{time.perf_counter() - started:5.0f} s] {message}", flush=True)  # noqa: E731
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    record = Record(command, options)
+    log = lambda message: print(f"[{time.perf_counter() - record.started:5.0f} s] {message}", flush=True)  # noqa: E731
+    harness.quiet_transformers()
     chosen = clips(options)
     models, configs = load_models(options)
     note = "faster-whisper: left out (its weights are the bundled base's)"
     with tempfile.TemporaryDirectory() as folder:
         warm_up = warm_up_clip(chosen, Path(folder))
-        for config in configs:
-            call(config, models[config.name], warm_up, long=False)
-        log(f"models loaded and warmed up ({', '.join(c.name for c in configs)})")
-        calls = measure(configs, models, chosen, options.repeats, log)
+        calls = measure(configs, models, chosen, options.repeats, warm_up, log)
         if options.target == "base":
             wanted, threads = options.faster_whisper, torch.get_num_threads()
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
-                fw_configs, fw_calls, note = child.submit(
-                    measure_faster_whisper, wanted, chosen, warm_up, options.repeats, threads
-                ).result()
+            fw_configs, fw_calls, note = harness.in_child(
+                measure_faster_whisper, wanted, chosen, warm_up, options.repeats, threads
+            )
             configs, calls = configs + fw_configs, {**calls, **fw_calls}
             log(f"{note}: timed in a child process")
     rows = rows_of(configs, chosen, calls)
-    drafts = [config.draft for config in configs if config.draft]
-    found = summary(rows, drafts)
+    found = summary(rows, [config.draft for config in configs if config.draft])
     print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n")
     print(table(rows, configs), "\n")
     print("\n".join(summary_lines(found)))
     bound = free_decode_bound(rows)
     print(free_decode_line(bound))
-    identical = all(row["identical"] is not False for row in rows)
-    print(
-        "\nevery speculative output equals the target alone's" if identical else "\n!!! SOME OUTPUTS DIFFER"
-    )
-    report = {
-        **report_header(command, options),
-        "models": {name: describe(model) for name, model in models.items()},  # ours; faster-whisper: note
-        "faster_whisper": note,
-        "rows": rows,
-        "summary": found,
-        "free_decode_bound": bound,  # read off the target alone's rows: one for every draft
-        "identical": identical,
-        "wall_seconds": time.perf_counter() - started,
-    }
-    path = out if out.suffix == ".json" else out / "e2e.json"
-    write_json(report, path)
-    html = path.with_suffix(".html")
+    differ = [f"{row['clip']} {row['configuration']}" for row in rows if row["identical"] is False]
+    identical = harness.print_identity(differ, "every speculative output equals the target alone's")
+    record.update(
+        models={name: describe(model) for name, model in models.items()},  # ours; faster-whisper: note
+        faster_whisper=note, rows=rows, summary=found,
+        free_decode_bound=bound,  # read off the target alone's rows: one for every draft
+        identical=identical,
+    )  # fmt: skip
     title = f"end to end, per clip, x the target alone ({options.target}): {command}"
-    html.write_text(figure(rows, configs, title).to_html(include_plotlyjs="cdn"))
-    print(f"wrote {path} and {html} ({report['wall_seconds']:.0f} s)")
-    return report
+    record.write(record_path(out, "e2e.json"), lambda: [figure(rows, configs, title)], title)
+    return record

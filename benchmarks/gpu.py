@@ -9,21 +9,19 @@ our loop with the target alone and speculative with each draft at planted agreem
 k, as the app decodes), each "eager" and, where the engine's replay is available (CUDA), "replayed"
 (`specdec.engine.replay`: the decoder steps replayed as captured CUDA graphs).
 
-Clips are encoded once per model (`tokens.EncoderMemo`) and no timing includes an encoder: decode time is
-the batch's wall clock, from the first decoder pass to the last token. Every configuration runs once
-untimed at full length (on a CPU: 2 tokens; the compiled one twice, which compiles and captures), then
-`repeats` interleaved rounds; medians. The replayed configurations run in rounds of their own after the
-eager ones of their batch size, and the static-cache generate() after every batch size's (compiling takes
-minutes); a compile or a capture that fails is recorded (`errors`) and the run goes on, the static cache
-uncompiled, without replayed rows. Each row's tokens are compared with
-`generate()`'s at the same batch size and dtype. The record is written as each phase ends, so a run cut
-short keeps what it measured (`benchmarks.gpu_report`); docs/benchmarks.md ("On a GPU") reads it.
+No timing includes an encoder (`benchmarks.runners`). Every configuration runs once untimed at full length
+(on a CPU: 2 tokens; the compiled one twice, which compiles and captures), then `repeats` interleaved
+rounds; medians. The replayed configurations run in rounds of their own after the eager ones of their batch
+size, and the static-cache generate() after every batch size's (compiling takes minutes); a compile or a
+capture that fails is recorded (`errors`) and the run goes on, the static cache uncompiled, without
+replayed rows. Each row's tokens are compared with `generate()`'s at the same batch size and dtype. The
+record is written as each phase ends, so a run cut short keeps what it measured; rows of other dtypes from
+an earlier record of the same device stay. docs/benchmarks.md ("On a GPU") reads it.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import json
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,16 +30,14 @@ from typing import ClassVar
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers.modeling_outputs import BaseModelOutput
 
-from benchmarks.batch import RowEncoder
+from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.controlled import controlled, planted, row_plans
-from benchmarks.tokens import LANGUAGE, Bench, BenchOptions, Clip, Config, synchronize, target_passes
-from specdec.engine.windows import decode_clips
+from benchmarks.controlled import row_plans
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, median, ratio
+from benchmarks.runners import Clip, Models, Run
 from specdec.options import DecodeOptions
-from specdec.whisper.features import PairFeatures, window_features
-from specdec.whisper.models import ModelPair
+from specdec.whisper.models import DraftKind
 
 try:  # the engine's CUDA-graph replay, where this version has it
     from specdec.engine import replay
@@ -62,9 +58,7 @@ class GpuBenchOptions:
     max_new_tokens: int = 64  # per row
     repeats: int = 3  # interleaved timed rounds
     compile: bool = True  # CUDA: the static-cache generate() compiled; off, or on a CPU: uncompiled
-    keep: bool = (
-        True  # rows of other dtypes already in --out from the same device stay (a record in two runs)
-    )
+    keep: bool = True  # rows of other dtypes already in --out from the same device stay
     seed: int = 0  # model weights; row i's plan is seeded seed + i
     cache_dir: Path = DEFAULT_CACHE
     device: str = "cpu"  # where the models run: "cpu" or "cuda"
@@ -79,120 +73,92 @@ class GpuConfig:
     adaptive: bool = False  # specdec: the draft's own choices, adaptive k (as the app decodes), no plan
 
 
-@dataclass
-class Outcome:
-    """One configuration at one batch size: each round's decode seconds, and the last round's output."""
-
-    seconds: list[float]
-    token_ids: list[tuple[int, ...]]  # per row
-    target_passes: int = 0
-
-
 class GpuBench:
-    """The models of one dtype (`tokens.Bench`), the clips, every row's plan; runs a configuration once."""
+    """The models of one dtype, the clips, every row's plan; runs a configuration once."""
 
     def __init__(self, options: GpuBenchOptions, dtype: str, log: Callable[[str], None] = print) -> None:
         self.options, self.dtype, self.log = options, dtype, log
-        self.bench = Bench(
-            BenchOptions(
-                size=options.size, alphas=(options.alpha,), num_draft_tokens=options.num_draft_tokens,
-                max_new_tokens=options.max_new_tokens, seed=options.seed, cache_dir=options.cache_dir,
-                device=options.device, dtype=dtype,
-            ),
-            log,
-        )  # fmt: skip
-        self.on_cuda = self.bench.options.torch_device.type == "cuda"
+        self.models = Models(options.size, options.seed, options.cache_dir, options.device, dtype, log)
+        self.on_cuda = self.models.device.type == "cuda"
         self.compiled = options.compile and self.on_cuda
         self.clips: list[Clip] = []
         alone = {}
-        for index, clip in enumerate(self.bench.clips()):  # the target's tokens, to plant agreement on
-            alone[clip.name] = self.bench.run(Config("target-only", "specdec"), clip, options.max_new_tokens)
-            self.bench.make_plans(clip, alone[clip.name].result, options.seed + index)
+        for index, clip in enumerate(self.models.clips(sorted(ASSETS.glob("*.wav")))):
+            alone[clip.name] = self.run(
+                GpuConfig("target-only", "specdec"), 1, options.max_new_tokens, [clip]
+            )
+            result = alone[clip.name].results[0]  # the target's tokens, to plant agreement on
+            self.models.make_plans(clip, result, (options.alpha,), options.seed + index)
             # generate() is given the encoder's output, so a row must stay in its first window (always so
             # at large-v3 size; the demo models end some segments early and seek on)
-            if len({token.window for token in alone[clip.name].result.tokens}) == 1:
+            if len({token.window for token in result.tokens}) == 1:
                 self.clips.append(clip)
             else:
                 log(f"{clip.name}: left out, its target-alone decoding seeks past its first window")
         if not self.clips:
             raise SystemExit("gpu: every clip's decoding seeks past its first window; ask fewer tokens")
-        rows = max(options.batch_sizes)
-        self.row_clips = [self.clips[i % len(self.clips)] for i in range(rows)]
-        self.plans = row_plans([alone[c.name].result for c in self.row_clips], options.alpha, options.seed)
-        self.encoder = RowEncoder(self.bench.memo)
+        self.row_clips = [self.clips[i % len(self.clips)] for i in range(max(options.batch_sizes))]
+        references = [alone[c.name].results[0] for c in self.row_clips]
+        self.plans = row_plans(references, options.alpha, options.seed)
         self._compiled_forward = None
         self.errors: list[str] = []  # what failed and was left out or done otherwise (compiling, replay)
-        self.references: dict[int, Outcome] = {}  # generate()'s, by batch size
+        self.references: dict[int, list[Run]] = {}  # generate()'s rounds, by batch size
 
     def configs(self, batch: int, replayed: bool) -> list[GpuConfig]:
         """The configurations of one batch size but the static-cache generate(): the eager ones, or
         (replayed) those the replay changes."""
-        k, alpha = self.options.num_draft_tokens, self.options.alpha
-        mode = "replayed" if replayed else "eager"
-        found = [] if replayed else [GpuConfig("generate()", "generate")]
+        k, alpha, mode = (
+            self.options.num_draft_tokens,
+            self.options.alpha,
+            "replayed" if replayed else "eager",
+        )
+        drafts, found = self.models.pairs, [] if replayed else [GpuConfig("generate()", "generate")]
         if batch == 1 and not replayed:
             found += [
-                GpuConfig(f"assisted {name} k={k} α={alpha:g}", "assisted", name)
-                for name in self.bench.assistants
+                GpuConfig(f"assisted {n} k={k} α={alpha:g}", "assisted", n) for n in self.models.assistants
             ]
         found.append(GpuConfig(f"specdec target-only {mode}", "specdec", None, replayed))
-        found += [
-            GpuConfig(f"specdec {name} k={k} α={alpha:g} {mode}", "specdec", name, replayed)
-            for name in self.bench.pairs
-        ]
+        found += [GpuConfig(f"specdec {n} k={k} α={alpha:g} {mode}", "specdec", n, replayed) for n in drafts]
         if batch == 1:  # as the app's Compare decodes: its figures are read beside these (`app_check`)
-            found += [
-                GpuConfig(f"specdec {n} adaptive {mode}", "specdec", n, replayed, True)
-                for n in self.bench.pairs
-            ]
+            found += [GpuConfig(f"specdec {n} adaptive {mode}", "specdec", n, replayed, True) for n in drafts]
         return found
 
     @property
     def _static_name(self) -> str:
         return "generate() static+compile" if self.compiled else "generate() static"
 
-    def run(self, config: GpuConfig, batch: int, max_new_tokens: int) -> Outcome:
+    def run(self, config: GpuConfig, batch: int, max_new_tokens: int, rows: list[Clip] | None = None) -> Run:
         """Decode the first `batch` rows together, one way, once."""
-        rows = self.row_clips[:batch]
+        rows = rows or self.row_clips[:batch]
         if config.engine == "assisted":
-            alpha = self.options.alpha
-            tokens_config = Config(
-                config.name, "assisted", config.draft, alpha, False, self.options.num_draft_tokens
-            )
-            measured = self.bench.run(tokens_config, rows[0], max_new_tokens)
-            return Outcome(measured.seconds, [measured.token_ids], measured.target_passes)
-        if config.engine == "specdec":
-            return self._specdec(config, rows, max_new_tokens)
-        return self._generate(rows, config.engine == "static", max_new_tokens)
-
-    def _generate(self, rows: list[Clip], static: bool, max_new_tokens: int) -> Outcome:
-        model = self.bench.target.model
-        hidden = torch.cat(
-            [self.bench.memo(model, window_features(c.features["target"], 0))[0] for c in rows]
+            k, alpha = self.options.num_draft_tokens, self.options.alpha
+            return self.models.generate(rows[:1], max_new_tokens, config.draft, k, alpha)
+        if config.engine == "generate":
+            return self.models.generate(rows, max_new_tokens)
+        if config.engine == "static":
+            return self._static(rows, max_new_tokens)
+        options = DecodeOptions(
+            language=LANGUAGE,
+            max_new_tokens=max_new_tokens,
+            num_draft_tokens=self.options.num_draft_tokens,
+            adaptive=config.adaptive,
         )
-        kwargs = {
-            "language": LANGUAGE,
-            "max_new_tokens": max_new_tokens,
-            "encoder_outputs": BaseModelOutput(last_hidden_state=hidden),  # (batch, frames, d_model)
-        }
-        context = nullcontext()
-        if static:
-            # generate()'s own automatic compile is off: the compiled forward below is the one compiled
-            kwargs |= {"cache_implementation": "static", "disable_compile": True}
-            if self.compiled:
-                model.forward = self._compiled()
-                context = sdpa_kernel(SDPBackend.MATH)
+        plans = self.plans[: len(rows)] if config.draft and not config.adaptive else None
+        return self.models.decode(config.draft, rows, options, plans)
+
+    def _static(self, rows: list[Clip], max_new_tokens: int) -> Run:
+        """generate() with a static cache (its own automatic compile off: the forward below is compiled)."""
+        model, context = self.models.target.model, nullcontext()
+        if self.compiled:
+            model.forward = self._compiled()
+            context = sdpa_kernel(SDPBackend.MATH)
         try:
-            with target_passes(model) as passes, context, torch.inference_mode():
-                synchronize(model)
-                start = time.perf_counter()
-                output = model.generate(**kwargs)
-                synchronize(model)
-                seconds = time.perf_counter() - start
+            with context:
+                return self.models.generate(
+                    rows, max_new_tokens, cache_implementation="static", disable_compile=True
+                )
         finally:
             model.__dict__.pop("forward", None)  # the class's forward again, for every other configuration
-        eos = model.generation_config.eos_token_id
-        return Outcome([seconds], [_without_end(row.tolist(), eos) for row in output], passes.calls)
 
     def _compiled(self) -> Callable:
         """The target's forward compiled once, as transformers documents it for a static cache."""
@@ -201,35 +167,13 @@ class GpuBench:
             for name in ("recompile_limit", "cache_size_limit"):  # the name changed between versions
                 if hasattr(config, name):
                     setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
-            model = self.bench.target.model
+            model = self.models.target.model
             self._compiled_forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
         return self._compiled_forward
 
-    def _specdec(self, config: GpuConfig, rows: list[Clip], max_new_tokens: int) -> Outcome:
-        batch = len(rows)
-        pair = self.bench.pairs.get(config.draft) or ModelPair(self.bench.target, None, None, None)
-        options = DecodeOptions(
-            language=LANGUAGE,
-            max_new_tokens=max_new_tokens,
-            num_draft_tokens=self.options.num_draft_tokens,
-            adaptive=config.adaptive,
-        )
-        make_drafter = None
-        if config.draft and not config.adaptive:
-            make_drafter, options = controlled(pair, self.plans[:batch]), planted(options)
-        features = [PairFeatures(clip.features["target"], clip.features.get(config.draft)) for clip in rows]
-        start = time.perf_counter()
-        results = decode_clips(
-            pair, features, options, config.draft is not None, make_drafter, encoder=self.encoder
-        )
-        encodings = {e.index: e for result in results for e in result.encodings}  # shared by the rows
-        seconds = time.perf_counter() - start - sum(e.seconds for e in encodings.values())
-        passes = {p.index for result in results for p in result.passes}
-        return Outcome([seconds], [result.token_ids for result in results], len(passes))
-
     def replay_models(self) -> list[torch.nn.Module]:
         """The models whose decoder steps the replay captures: the target's first, then each draft's."""
-        return [self.bench.target.model, *(pair.draft.model for pair in self.bench.pairs.values())]
+        return [self.models.target.model, *(pair.draft.model for pair in self.models.pairs.values())]
 
     def measure(self, batch: int) -> Iterator[list[dict]]:
         """Our configurations and transformers' but the static cache at one batch size, in phases whose
@@ -237,8 +181,8 @@ class GpuBench:
         enables (a capture that fails is recorded, and no replayed rows come)."""
         outcomes = self._rounds(self.configs(batch, replayed=False), batch)
         self.references[batch] = outcomes[GpuConfig("generate()", "generate")]
-        yield self._rows(batch, outcomes, self.references[batch])
-        if replay is None or not replay.enable(self.bench.target.model):
+        yield self._rows(batch, outcomes)
+        if replay is None or not replay.enable(self.models.target.model):
             return
         try:
             for model in self.replay_models()[1:]:
@@ -250,7 +194,7 @@ class GpuBench:
         finally:
             for model in self.replay_models():
                 replay.disable(model)
-        yield self._rows(batch, outcomes, self.references[batch])
+        yield self._rows(batch, outcomes)
 
     def measure_static(self, batch: int) -> list[dict]:
         """The static-cache generate() at a batch size `measure` has run: compiling takes minutes, and a
@@ -262,67 +206,155 @@ class GpuBench:
                 raise
             self._failed(f"torch.compile, batch {batch}", error)
             self.compiled = False
-            self.bench.target.model.__dict__.pop("forward", None)
+            self.models.target.model.__dict__.pop("forward", None)
             torch._dynamo.reset()
             outcomes = self._rounds([GpuConfig(self._static_name, "static")], batch)
-        return self._rows(batch, outcomes, self.references[batch])
+        return self._rows(batch, outcomes)
 
     def _failed(self, what: str, error: Exception) -> None:
         self.errors.append(f"{what}: {type(error).__name__}: {str(error)[:400]}")
         self.log(f"!!! {self.errors[-1]}")
 
-    def _rounds(self, configs: list[GpuConfig], batch: int) -> dict[GpuConfig, Outcome]:
+    def _rounds(self, configs: list[GpuConfig], batch: int) -> dict[GpuConfig, list[Run]]:
         tokens = self.options.max_new_tokens
-        for config in configs:  # first calls (new shapes, allocations, compiling) are not timed
+
+        def warm_up(config: GpuConfig) -> None:  # first calls: new shapes, allocations, compiling
             for _ in range(2 if config.engine == "static" and self.compiled else 1):
                 self.run(config, batch, tokens if self.on_cuda else min(tokens, 2))
-        kept: dict[GpuConfig, Outcome] = {}
-        for round_index in range(self.options.repeats):
-            shift = round_index % len(configs)  # a different order each round
-            for config in configs[shift:] + configs[:shift]:
-                outcome = self.run(config, batch, tokens)
-                if config in kept:
-                    kept[config].seconds += outcome.seconds
-                    kept[config].token_ids = outcome.token_ids
-                else:
-                    kept[config] = outcome
-        return kept
 
-    def _rows(self, batch: int, outcomes: dict[GpuConfig, Outcome], reference: Outcome) -> list[dict]:
-        generate_seconds = statistics.median(reference.seconds)
+        runs = harness.rounds(
+            configs, lambda c, _: self.run(c, batch, tokens), self.options.repeats, warm_up=warm_up
+        )
+        return {config: runs[(config, None)] for config in configs}
+
+    def _rows(self, batch: int, outcomes: dict[GpuConfig, list[Run]]) -> list[dict]:
+        reference, generate_seconds = (
+            self.references[batch][-1],
+            median(r.seconds for r in self.references[batch]),
+        )
         rows = []
-        for config, outcome in outcomes.items():
-            decode = statistics.median(outcome.seconds)
-            pair = self.bench.pairs.get(config.draft)
-            expected = reference.token_ids[: len(outcome.token_ids)]
-            tokens = sum(len(ids) for ids in outcome.token_ids)
+        for config, runs in outcomes.items():
+            decode, last, pair = (
+                median(run.seconds for run in runs),
+                runs[-1],
+                self.models.pairs.get(config.draft),
+            )
+            expected = reference.token_ids[: len(last.token_ids)]
+            pairs = zip(last.token_ids, expected, strict=True)
             rows.append({
                 "config": config.name,
                 "batch": batch,
                 "dtype": self.dtype,
                 "decode_seconds": decode,
                 "decode_speedup_vs_generate": generate_seconds / decode,
-                "identical": outcome.token_ids == expected,
+                "identical": last.token_ids == expected,
                 "engine": config.engine,
                 "draft": config.draft,
                 "draft_kind": pair.kind.value if pair else None,
                 "mode": "replayed" if config.replayed else "eager",
                 "planted_alpha": self.options.alpha if config.draft and not config.adaptive else None,
                 "compiled": config.engine == "static" and self.compiled,
-                "rows": len(outcome.token_ids),  # assisted generation: 1 whatever the batch
-                "tokens": tokens,
-                "target_passes": outcome.target_passes,
-                "round_seconds": outcome.seconds,
-                "mismatched_rows": [
-                    i for i, (mine, theirs) in enumerate(zip(outcome.token_ids, expected, strict=True))
-                    if mine != theirs
-                ],
+                "rows": len(last.token_ids),  # assisted generation: 1 whatever the batch
+                "tokens": sum(len(ids) for ids in last.token_ids),
+                "target_passes": last.target_passes,
+                "round_seconds": [run.seconds for run in runs],
+                "mismatched_rows": [i for i, (mine, theirs) in enumerate(pairs) if mine != theirs],
             })  # fmt: skip
         return rows
 
 
-def _without_end(ids: list[int], eos: int) -> tuple[int, ...]:
-    """A generate() row without its end-of-text and padding (the same id)."""
-    while ids and ids[-1] == eos:
-        ids.pop()
-    return tuple(ids)
+def device_name(device: str) -> str:
+    """The device the record was measured on, by name."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu: {harness.machine()['cpu']}"
+
+
+def kept_rows(path: Path, device: str, options: GpuBenchOptions) -> list[dict]:
+    """The rows of an earlier record at `path` on the same device whose dtype this run does not measure."""
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    if earlier.get("device") != device:
+        return []
+    return [row for row in earlier.get("rows", []) if row["dtype"] not in options.dtypes]
+
+
+def goals(rows: list[dict]) -> list[dict]:
+    """The GPU goals at batch 1 (float16 where measured, else the first dtype), batch 8 for pass cost."""
+    dtype = (
+        "float16" if any(row["dtype"] == "float16" for row in rows) else rows[0]["dtype"] if rows else None
+    )
+    mine = [row for row in rows if row["dtype"] == dtype]
+
+    def seconds(batch: int, predicate: Callable[[dict], bool]) -> float | None:
+        found = [row["decode_seconds"] for row in mine if row["batch"] == batch and predicate(row)]
+        return min(found) if found else None  # replayed where measured: the faster of eager and replayed
+
+    target_alone = seconds(1, lambda r: r["engine"] == "specdec" and r["draft"] is None)
+    generated = seconds(1, lambda r: r["engine"] == "generate")
+    transformers_best = seconds(1, lambda r: r["engine"] in ("static", "assisted"))
+    found = []
+    for kind, label in (
+        (DraftKind.SEPARATE_OTHER_VOCAB, "tiny-size"),
+        (DraftKind.SHARED_ENCODER, "distil-size"),
+    ):
+        ours = seconds(1, lambda r, kind=kind: _planted(r) and r["draft_kind"] == kind.value)
+        found += [
+            goal(f"speculative ({label}) over generate(), {dtype}", ratio(generated, ours), ">=", 5.0),
+            goal(f"speculative ({label}) over our target alone", ratio(target_alone, ours), ">=", 2.0),
+            goal(f"speculative ({label}) over the faster of static+compile and assisted",
+                 ratio(transformers_best, ours), ">=", 1.5),
+        ]  # fmt: skip
+    eight = seconds(8, lambda r: r["engine"] == "specdec" and r["draft"] is None)
+    label = "batch 8 pass cost over batch 1 (target alone), at most"
+    return [*found, goal(label, ratio(eight, target_alone), "<", 1.5)]
+
+
+def _planted(row: dict) -> bool:
+    """Our speculative decoding at planted agreement (the goals' configuration)."""
+    return row["engine"] == "specdec" and row["planted_alpha"] is not None
+
+
+COLUMNS = [
+    ("dtype", "dtype", "<9"),
+    ("batch", "batch", ">5"),
+    ("  configuration", lambda row: f"  {row['config']}", "<46"),
+    ("decode s", "decode_seconds", ">9.3f"),
+    ("x gen", "decode_speedup_vs_generate", ">7.2f"),
+    ("passes", "target_passes", ">7"),
+    ("  same", lambda row: "  yes" if row["identical"] else f"  NO: rows {row['mismatched_rows']}", ""),
+]
+
+
+def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
+    """Measure every dtype and batch size, writing the record after each; print the table and goals."""
+    path, device = harness.record_path(out, Path(GpuBenchOptions.OUT).name), device_name(options.device)
+    rows = kept_rows(path, device, options) if options.keep else []
+    record = Record(command, options, device=device, replay_available=replay is not None, rows=rows)
+
+    def add(rows: list[dict], bench: GpuBench) -> None:  # printed, and the record written again
+        print(harness.table(rows, COLUMNS), flush=True)
+        record["rows"] += rows
+        record.update(identical=all(row["identical"] for row in record["rows"]), goals=goals(record["rows"]))
+        record.update(compiled=bench.compiled, errors=bench.errors)
+        record.write(path, quiet=True)
+
+    for dtype in options.dtypes:
+        bench = GpuBench(options, dtype)
+        # ours and generate() at every batch size first, then the static cache compiled (the slowest to
+        # start, and read by one goal only)
+        for batch in options.batch_sizes:
+            for found in bench.measure(batch):
+                add(found, bench)
+        for batch in options.batch_sizes:
+            add(bench.measure_static(batch), bench)
+        del bench
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    harness.print_goals(record["goals"])
+    mismatched = [
+        f"{r['config']} {r['dtype']} batch {r['batch']}" for r in record["rows"] if not r["identical"]
+    ]
+    same = f"every row of {len(record['rows'])} configurations equals generate()'s, token for token"
+    harness.print_identity(mismatched, same)
+    record.write(path)
+    return record

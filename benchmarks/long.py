@@ -3,19 +3,15 @@ target alone and with speculative decoding, on the same chunks and device.
 
 The clip is the given file, or assets/*.wav cycled with a second of silence between clips until it is
 `minutes` long. Both runs go through `longform.chunked.decode_chunks` (30 s chunks with 5 s strides,
-`batch_size` chunks decoded together) and the pipeline's merge (`longform.chunked.merge_chunks`); the
-merged transcripts and every chunk's tokens are compared.
-
-Each chunk is encoded once per model before the timed runs (`tokens.EncoderMemo`): the encoder is the same
-work in both runs and is reported apart. With `alpha` set, every chunk's draft follows its own
-controlled-acceptance plan (`benchmarks.controlled`, drawn from that chunk's target-alone tokens); the real
-draft still runs in full. Runs are ordered target, speculative, speculative, target (medians of the
-rounds), so that neither is favoured by the machine warming up or slowing down.
+`batch_size` chunks decoded together) and its merge (`merge_chunks`); the merged transcripts and every
+chunk's tokens are compared. Each chunk is encoded once per model beforehand (`runners.EncoderMemo`),
+reported apart. With `alpha` set, every chunk's draft follows its own plan (`benchmarks.controlled`);
+the real draft still runs in full. The two ways run in rotated rounds (target, speculative, speculative,
+target, ...; medians), so that neither is favoured by the machine warming up or slowing down.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,26 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.batch import RowEncoder
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.common import report_header, write_json
 from benchmarks.controlled import controlled, planted, row_plans
-from benchmarks.tokens import ASSETS, Bench, BenchOptions
+from benchmarks.harness import ASSETS, LANGUAGE, Record, median, rounds, table
+from benchmarks.runners import Models, Run
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, load_audio
-from specdec.longform.chunked import (
-    CHUNK_BATCH_SIZE,
-    Chunk,
-    decode_chunks,
-    merge_chunks,
-    plan_chunks,
-)
+from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunks, merge_chunks, plan_chunks
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult
 from specdec.whisper.features import features
-from specdec.whisper.models import DraftKind, ModelPair
+from specdec.whisper.models import DraftKind
 from specdec.whisper.tokens import timestamp_begin
 
-LANGUAGE = "en"  # forced: no language-detection pass in any timing
 GAP_SECONDS = 1.0  # silence between the cycled asset clips
 
 
@@ -77,31 +64,37 @@ def long_clip(minutes: float, assets: Path = ASSETS) -> np.ndarray:
 
 @dataclass(frozen=True)
 class LongRun:
-    """One chunked transcription of the clip: every chunk's result, the merged ids, the decode time."""
+    """One chunked transcription of the clip: every chunk's run (per batch of chunks), the merged ids."""
 
-    results: list[DecodeResult]
+    runs: list[Run]
     merged_ids: tuple[int, ...]
-    decode_seconds: float  # wall clock minus encoder lookups (every chunk was encoded beforehand)
-    target_passes: int  # batched target forward passes
+
+    @property
+    def results(self) -> list:
+        return [result for run in self.runs for result in run.results]
+
+    @property
+    def decode_seconds(self) -> float:  # wall clock less encoder lookups (every chunk encoded beforehand)
+        return sum(run.seconds for run in self.runs)
+
+    @property
+    def target_passes(self) -> int:  # batched target forward passes
+        return sum(run.target_passes for run in self.runs)
 
 
 class LongBench:
-    """Models (`bench.Bench`), the clip, its chunks, every chunk encoded once per model, and the plans."""
+    """The preset's models, the clip, its chunks, every chunk encoded once per model, and the plans."""
 
     def __init__(self, options: LongBenchOptions, log: Callable[[str], None] = print) -> None:
         self.options, self.log = options, log
-        self.bench = Bench(
-            BenchOptions(size=options.size, seed=options.seed, cache_dir=options.cache_dir), log
-        )
-        self.bench.assistants.clear()  # transformers' assisted generation has no chunked batch mode
-        self.pair = self.bench.pairs[options.draft or self._shared_encoder_draft()]
+        self.models = Models(options.size, options.seed, options.cache_dir, log=log, assistants=False)
+        self.pair = self.models.pairs[options.draft or self.models.shared_encoder_first()[0]]
         self.waveform = (
             load_audio(options.audio, max_seconds=MAX_LONG_SECONDS)
             if options.audio
             else long_clip(options.minutes)
         )
         self.chunks = plan_chunks(len(self.waveform))
-        self.encoder = RowEncoder(self.bench.memo)
         self.encoder_seconds = self._encode_every_chunk()
         self.decode_options = DecodeOptions(
             language=LANGUAGE,
@@ -110,109 +103,78 @@ class LongBench:
             adaptive=False,  # fixed k, or cost-aware
             cost_aware=options.cost_aware,
         )
-        self.target_only = ModelPair(self.bench.target, None, None, None)
+        self.plans = None
         reference = self.run(speculative=False)
-        self.plans = (
-            row_plans(reference.results, options.alpha, options.seed) if options.alpha is not None else None
-        )
+        if options.alpha is not None:
+            self.plans = row_plans(reference.results, options.alpha, options.seed)
 
     @property
     def seconds(self) -> float:
         return len(self.waveform) / SAMPLE_RATE
 
-    def _shared_encoder_draft(self) -> str:
-        shared = [n for n, p in self.bench.pairs.items() if p.kind is DraftKind.SHARED_ENCODER]
-        return (shared or list(self.bench.pairs))[0]
-
     def _encode_every_chunk(self) -> dict[str, float]:
         """Encode every chunk once per model into the memo; the seconds each model's encoder took."""
-        models = {"target": self.bench.target}
+        models = {"target": self.models.target}
         if self.pair.kind is not DraftKind.SHARED_ENCODER:
             models["draft"] = self.pair.draft
         seconds = {}
         for name, model in models.items():
             start = time.perf_counter()
             for index, chunk in enumerate(self.chunks):
-                self.encoder(model.model, features(model, self.waveform[chunk.start : chunk.stop]))
+                self.models.memo(model.model, features(model, self.waveform[chunk.start : chunk.stop]))
                 self.log(f"encoded chunk {index + 1} of {len(self.chunks)} with the {name}")
             seconds[name] = time.perf_counter() - start
         return seconds
 
     def run(self, speculative: bool) -> LongRun:
-        """The whole clip in chunked mode, one way."""
-        pair = self.pair if speculative else self.target_only
-        size = self.options.batch_size
-        results, seconds, passes = [], 0.0, 0
-        for first in range(0, len(self.chunks), size):  # its own plans for each batch of chunks
+        """The whole clip in chunked mode, one way: each batch of chunks with its own plans."""
+        pair = self.pair if speculative else self.models.pair(None)
+        runs, size = [], self.options.batch_size
+        for first in range(0, len(self.chunks), size):
             group = self.chunks[first : first + size]
-            group_results, group_seconds = self._decode_group(pair, group, speculative, first)
-            results, seconds = results + group_results, seconds + group_seconds
-            passes += len({p.index for result in group_results for p in result.passes})  # shared by rows
-        ids = [result.token_ids for result in results]
-        config = self.bench.target.model.generation_config
-        special = set(self.bench.target.processor.tokenizer.all_special_ids)
-        pieces = merge_chunks(ids, self.chunks, timestamp_begin(config), special)
-        merged = tuple(token for piece in pieces for token, _ in piece.tokens)
-        return LongRun(results, merged, seconds, passes)
-
-    def _decode_group(
-        self, pair: ModelPair, group: list[Chunk], speculative: bool, first: int
-    ) -> tuple[list[DecodeResult], float]:
-        """One batch of chunks (chunks[first:] of it): their results and decode seconds."""
-        plans = self.plans[first : first + len(group)] if speculative and self.plans else None
-        make_drafter = controlled(pair, plans) if plans else None
-        options = planted(self.decode_options) if plans else self.decode_options
-        start = time.perf_counter()
-        results = decode_chunks(
-            pair, self.waveform, group, options, speculative, len(group),
-            encoder=self.encoder, make_drafter=make_drafter,
-        )  # fmt: skip
-        seconds = time.perf_counter() - start
-        # the batch's encoder calls (shared by its rows) are memo lookups: not decoding
-        encodings = {e.index: e for result in results for e in result.encodings}
-        return results, seconds - sum(e.seconds for e in encodings.values())
+            plans = self.plans[first : first + len(group)] if speculative and self.plans else None
+            options = planted(self.decode_options) if plans else self.decode_options
+            start = time.perf_counter()
+            results = decode_chunks(
+                pair, self.waveform, group, options, speculative, len(group),
+                encoder=self.models.memo, make_drafter=controlled(pair, plans) if plans else None,
+            )  # fmt: skip
+            runs.append(self.models.run_of(results, time.perf_counter() - start))
+        ids = [result.token_ids for run in runs for result in run.results]
+        target = self.models.target
+        special = set(target.processor.tokenizer.all_special_ids)
+        pieces = merge_chunks(ids, self.chunks, timestamp_begin(target.model.generation_config), special)
+        return LongRun(runs, tuple(token for piece in pieces for token, _ in piece.tokens))
 
 
 def run_and_report(options: LongBenchOptions, out_dir: Path, command: str) -> dict:
     """Run the long-clip benchmark, print its table, write long.json."""
-    started = time.perf_counter()
+    record = Record(command, options)
     bench = LongBench(options)
-    runs: dict[bool, list[LongRun]] = {False: [], True: []}
-    for speculative in [False, True, True, False] * ((options.rounds + 1) // 2):
-        if len(runs[speculative]) < options.rounds:
-            runs[speculative].append(bench.run(speculative))
-            name = "speculative" if speculative else "target alone"
-            bench.log(f"{name}: decode {runs[speculative][-1].decode_seconds:.1f} s")
-    report = summarise(bench, runs, command)
-    report["wall_seconds"] = time.perf_counter() - started
-    print(table(report))
-    write_json(report, out_dir / "long.json")
-    print(f"wrote {out_dir / 'long.json'} ({report['wall_seconds']:.0f} s)")
-    return report
+    runs = rounds([False, True], lambda speculative, _: bench.run(speculative), options.rounds, log=bench.log)
+    record |= summarise(bench, {speculative: runs[(speculative, None)] for speculative in (False, True)})
+    print(figures(record))
+    record.write(out_dir / "long.json")
+    return record
 
 
-def summarise(bench: LongBench, runs: dict[bool, list[LongRun]], command: str) -> dict:
+def summarise(bench: LongBench, runs: dict[bool, list[LongRun]]) -> dict:
     """Medians of the rounds, the speedup, acceptance, and whether every chunk and the merge matched."""
     baseline, speculative = runs[False][-1], runs[True][-1]
-    base_seconds = statistics.median(run.decode_seconds for run in runs[False])
-    spec_seconds = statistics.median(run.decode_seconds for run in runs[True])
+    base_seconds = median(run.decode_seconds for run in runs[False])
+    spec_seconds = median(run.decode_seconds for run in runs[True])
     drafted = sum(result.num_drafted for result in speculative.results)
     accepted = sum(result.num_accepted for result in speculative.results)
-    tokens = sum(result.num_generated for result in speculative.results)
     encoder = sum(bench.encoder_seconds.values())
-    mismatched = [
-        i
-        for i, (mine, theirs) in enumerate(zip(speculative.results, baseline.results, strict=True))
-        if mine.token_ids != theirs.token_ids
-    ]
+    pairs = zip(speculative.results, baseline.results, strict=True)
+    mismatched = [i for i, (mine, theirs) in enumerate(pairs) if mine.token_ids != theirs.token_ids]
     options = bench.options
     return {
-        **report_header(command, options),
-        "models": {"target": bench.bench.target.name, "draft": bench.pair.draft.name},
+        "models": {"target": bench.models.target.name, "draft": bench.pair.draft.name},
         "audio_seconds": bench.seconds,
         "chunks": len(bench.chunks),
         "encoder_seconds": bench.encoder_seconds,  # once per model for every chunk, shared by both runs
-        "tokens": tokens,
+        "tokens": sum(result.num_generated for result in speculative.results),
         "target_alone": {"decode_seconds": base_seconds, "target_passes": baseline.target_passes},
         "speculative": {
             "k": "cost-aware" if options.cost_aware else options.num_draft_tokens,
@@ -234,28 +196,24 @@ def summarise(bench: LongBench, runs: dict[bool, list[LongRun]], command: str) -
     }
 
 
-def table(report: dict) -> str:
+def figures(report: dict) -> str:
     """The long-clip figures as a few aligned lines."""
-    base, spec = report["target_alone"], report["speculative"]
+    spec, encoder = report["speculative"], report["encoder_seconds"]
     alpha = "-" if spec["acceptance_rate"] is None else f"{spec['acceptance_rate']:.2f}"
-    same = (
-        "yes"
-        if report["merged_identical"] and not report["mismatched_chunks"]
-        else f"NO: chunks {report['mismatched_chunks']}, merged identical: {report['merged_identical']}"
-    )
-    encoder = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in report["encoder_seconds"].items())
-    return "\n".join(
-        [
-            f"{report['audio_seconds'] / 60:.1f} min of audio, {report['chunks']} chunks "
-            f"(batches of {report['options']['batch_size']}), {report['tokens']} tokens; "
-            f"encoder (once, both runs): {encoder}",
-            f"{'':<14}{'decode s':>9}{'passes':>8}{'RTF':>7}",
-            f"{'target alone':<14}{base['decode_seconds']:>9.1f}{base['target_passes']:>8}"
-            f"{report['real_time_factor']['target_alone']:>7.3f}",
-            f"{'speculative':<14}{spec['decode_seconds']:>9.1f}{spec['target_passes']:>8}"
-            f"{report['real_time_factor']['speculative']:>7.3f}",
-            f"decode speedup {report['decode_speedup']:.2f}x (k: {spec['k']}) "
-            f"(with the encoder: {report['total_speedup']:.2f}x), acceptance {alpha}; "
-            f"identical (every chunk and the merged transcript): {same}",
-        ]
-    )
+    same = "yes" if report["identical"] else (
+        f"NO: chunks {report['mismatched_chunks']}, merged identical: {report['merged_identical']}"
+    )  # fmt: skip
+    ways = [
+        {"way": key.replace("_", " "), **report[key], "rtf": report["real_time_factor"][key]}
+        for key in ("target_alone", "speculative")
+    ]
+    columns = [("", "way", "<14"), ("decode s", "decode_seconds", ">9.1f"), ("passes", "target_passes", ">8")]
+    return "\n".join([
+        f"{report['audio_seconds'] / 60:.1f} min of audio, {report['chunks']} chunks (batches of "
+        f"{report['options']['batch_size']}), {report['tokens']} tokens; encoder (once, both runs): "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in encoder.items()),
+        table(ways, [*columns, ("RTF", "rtf", ">7.3f")]),
+        f"decode speedup {report['decode_speedup']:.2f}x (k: {spec['k']}) (with the encoder: "
+        f"{report['total_speedup']:.2f}x), acceptance {alpha}; identical (every chunk and the merged "
+        f"transcript): {same}",
+    ])  # fmt: skip

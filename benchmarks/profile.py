@@ -21,8 +21,9 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.common import report_header, write_json
-from benchmarks.tokens import Bench, BenchOptions, Clip, Config, Measurement
+from benchmarks.harness import ASSETS, Record
+from benchmarks.runners import Clip, Models, Run
+from benchmarks.tokens import Config, run
 
 # event names, as the profiler records them (CUDA runtime and driver calls are CPU-side events)
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -46,15 +47,15 @@ class ProfileOptions:
     dtype: str = "float32"  # float32, float16 or bfloat16
 
 
-def configs(bench: Bench, options: ProfileOptions) -> list[Config]:
+def configs(models: Models, options: ProfileOptions) -> list[Config]:
     k, alpha = options.num_draft_tokens, options.alpha
     found = [Config("generate()", "generate"), Config("specdec target-only", "specdec")]
-    for name in bench.pairs:
-        found.append(Config(f"specdec {name} k={k} α={alpha:g}", "specdec", name, alpha, False, k))
-    return found
+    return found + [
+        Config(f"specdec {n} k={k} α={alpha:g}", "specdec", n, alpha, False, k) for n in models.pairs
+    ]
 
 
-def summary(prof: profile, measurement: Measurement, wall_seconds: float, top: int) -> dict:
+def summary(prof: profile, measurement: Run, wall_seconds: float, top: int) -> dict:
     """The profile of one run, per target pass where a count is (see the module docstring)."""
     averages = prof.key_averages()
     calls = {event.key: event.count for event in averages}
@@ -73,8 +74,8 @@ def summary(prof: profile, measurement: Measurement, wall_seconds: float, top: i
     ops = sorted(on_cpu, key=lambda event: event.self_cpu_time_total, reverse=True)[:top]
     return {
         "target_passes": measurement.target_passes,
-        "tokens": len(measurement.token_ids),
-        "decode_ms_per_pass": 1e3 * measurement.median_seconds / passes,  # unprofiled, from the run itself
+        "tokens": len(measurement.token_ids[0]),
+        "decode_ms_per_pass": 1e3 * measurement.seconds / passes,  # unprofiled, from the run itself
         "per_pass": {
             "kernel_launches": count(LAUNCHES) / passes,
             "graph_launches": count(GRAPH_LAUNCHES) / passes,
@@ -101,19 +102,17 @@ def summary(prof: profile, measurement: Measurement, wall_seconds: float, top: i
 
 
 def profile_run(
-    bench: Bench, config: Config, clip: Clip, tokens: int, trace: Path, top: int
-) -> tuple[dict, tuple[int, ...]]:
+    models: Models, config: Config, clip: Clip, tokens: int, trace: Path, top: int
+) -> tuple[dict, tuple]:
     """One run of `config` under the profiler: its summary and output; its trace written (gzipped) to
     `trace`. An untimed run before it pays first-use costs (new shapes, allocations), a timed one gives the
     unprofiled decode time."""
-    activities = [ProfilerActivity.CPU]
-    if bench.options.torch_device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    bench.run(config, clip, tokens)
-    timed = bench.run(config, clip, tokens)
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if models.device.type == "cuda" else [])]
+    run(models, config, clip, tokens)
+    timed = run(models, config, clip, tokens)
     with profile(activities=activities) as prof:
         start = time.perf_counter()
-        profiled = bench.run(config, clip, tokens)
+        profiled = run(models, config, clip, tokens)
         wall = time.perf_counter() - start
     found = summary(prof, timed, wall, top)
     plain = trace.with_suffix("")
@@ -156,39 +155,30 @@ def top_table(name: str, row: dict) -> str:
 
 def run_and_report(options: ProfileOptions, out_dir: Path, command: str) -> dict:
     """Profile every configuration, print the tables, write profile.json and the traces to out_dir."""
-    started = time.perf_counter()
-    bench = Bench(
-        BenchOptions(
-            size=options.size, quick=True, alphas=(options.alpha,), num_draft_tokens=options.num_draft_tokens,
-            max_new_tokens=options.max_new_tokens, seed=options.seed, cache_dir=options.cache_dir,
-            device=options.device, dtype=options.dtype,
-        )
-    )  # fmt: skip
-    (clip,) = bench.clips()[:1]
+    record = Record(command, options)
+    models = Models(options.size, options.seed, options.cache_dir, options.device, options.dtype)
+    (clip,) = models.clips(sorted(ASSETS.glob("*.wav"))[:1])
     tokens = options.max_new_tokens
-    alone = bench.run(Config("specdec target-only", "specdec"), clip, tokens)
-    bench.make_plans(clip, alone.result, options.seed)  # the target's own tokens, to plant agreement on
+    alone = run(models, Config("specdec target-only", "specdec"), clip, tokens).results[0]
+    models.make_plans(
+        clip, alone, (options.alpha,), options.seed
+    )  # the target's tokens, to plant agreement on
     out_dir.mkdir(parents=True, exist_ok=True)
     rows, outputs = {}, {}
-    for index, config in enumerate(configs(bench, options)):
+    for index, config in enumerate(configs(models, options)):
         trace = out_dir / f"trace-{index}-{_slug(config.name)}.json.gz"
-        rows[config.name], outputs[config.name] = profile_run(bench, config, clip, tokens, trace, options.top)
+        rows[config.name], outputs[config.name] = profile_run(
+            models, config, clip, tokens, trace, options.top
+        )
     for name, row in rows.items():
         row["identical"] = outputs[name] == outputs["generate()"]
     print(table(rows))
     for name, row in rows.items():
-        print()
-        print(top_table(name, row))
-    report = {
-        **report_header(command, options),
-        "clip": clip.name,
-        "rows": rows,
-        "identical": all(row["identical"] for row in rows.values()),
-        "wall_seconds": time.perf_counter() - started,
-    }
-    write_json(report, out_dir / "profile.json")
-    print(f"\nwrote {out_dir / 'profile.json'} and {len(rows)} traces ({report['wall_seconds']:.0f} s)")
-    return report
+        print(f"\n{top_table(name, row)}")
+    record.update(clip=clip.name, rows=rows, identical=all(row["identical"] for row in rows.values()))
+    record.write(out_dir / "profile.json")
+    print(f"and {len(rows)} traces")
+    return record
 
 
 def _slug(name: str) -> str:

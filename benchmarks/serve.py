@@ -15,26 +15,18 @@ before the scheduler), interleaved rounds, medians: what batching costs one requ
 
 from __future__ import annotations
 
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import httpx
+import numpy as np
 
-from benchmarks.common import report_header, write_json
-from benchmarks.plots import COLOURS
+from benchmarks import harness, plots
+from benchmarks.harness import ASSETS, Record, median, one_after_another_then_at_once, record_path, served
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.distill.data import find_clips
-
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = ROOT / "assets"
-START_SECONDS = 300  # the server's start: loading (and on first use converting) the bundled models
 
 
 @dataclass(frozen=True)
@@ -47,39 +39,13 @@ class ServeBenchOptions:
 
 
 def clip_paths(options: ServeBenchOptions) -> list[Path]:
-    """The clips named: an asset's name (its audio, not its text), an audio file, or every audio file in a
-    folder, sorted."""
-    paths = []
-    for name in (name.strip() for name in options.clips.split(",") if name.strip()):
-        path = Path(name)
-        if path.is_dir():
-            paths += [clip.path for clip in find_clips(path)]
-        elif path.is_file():
-            paths.append(path)
-        else:
-            paths.append(next(p for p in ASSETS.glob(f"{name}.*") if p.suffix != ".txt"))
-    return paths
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    server.kill()
-    raise SystemExit("serve: the server did not start")
+    """The clips named: an asset's name (its audio, not its text), an audio file, or a folder of them."""
+    names = [name.strip() for name in options.clips.split(",") if name.strip()]
+    named = [
+        Path(n) if Path(n).exists() else next(p for p in ASSETS.glob(f"{n}.*") if p.suffix != ".txt")
+        for n in names
+    ]
+    return harness.audio_paths(named)
 
 
 def request(url: str, path: Path) -> dict:
@@ -98,15 +64,14 @@ def request(url: str, path: Path) -> dict:
 
 def run_clients(url: str, paths: list[Path], clients: int) -> dict:
     """N requests one after another, then the same N at once."""
-    chosen = [paths[i % len(paths)] for i in range(clients)]
-    start = time.perf_counter()
-    serial = [request(url, path) for path in chosen]
-    serial_seconds = time.perf_counter() - start
-    time.sleep(0.5)
-    start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        together = list(pool.map(lambda path: request(url, path), chosen))
-    together_seconds = time.perf_counter() - start
+    found = one_after_another_then_at_once(
+        lambda path: request(url, path), [paths[i % len(paths)] for i in range(clients)]
+    )
+    serial_seconds, together_seconds, together = (
+        found["serial_seconds"],
+        found["together_seconds"],
+        found["together"],
+    )
     audio = sum(answer["duration"] for answer in together)
     latencies = sorted(answer["seconds"] for answer in together)
     stats = [answer["speculative"] for answer in together]
@@ -123,94 +88,69 @@ def run_clients(url: str, paths: list[Path], clients: int) -> dict:
         "latency_p95": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 3),
         "mean_batch_rows": round(sum(s["batch_rows"] * s["target_passes"] for s in stats) / passes, 2),
         "draft_tokens_per_row_pass": round(sum(s["draft_tokens"] for s in stats) / passes, 2),
-        "identical": [a["text"] for a in together] == [a["text"] for a in serial],
+        "identical": found["identical"],
     }
 
 
-def alone_through_the_scheduler(paths: list[Path], rounds: int) -> dict:
+def alone_through_the_scheduler(paths: list[Path], count: int) -> dict:
     """One request alone: the scheduler against the direct call, same pair, interleaved, medians."""
     from specdec.api import SpeculativeWhisper
     from specdec.options import DecodeOptions
     from specdec.scheduler import Scheduler
 
-    whisper = SpeculativeWhisper()
+    whisper, options = SpeculativeWhisper(), DecodeOptions()
     scheduler = Scheduler(whisper)
-    waveforms = {path.stem: load_audio(path) for path in paths}
-    options = DecodeOptions()
+    ways = {
+        "direct": lambda waveform: whisper.transcribe_waveforms([waveform], options),
+        "scheduler": lambda waveform: scheduler.submit(waveform, options).result(),
+    }
     per_clip = {}
-    for name, waveform in waveforms.items():
-        whisper.transcribe_waveforms([waveform], options)  # warm
-        scheduler.submit(waveform, options).result()
-        mine: dict[str, list[float]] = {"direct": [], "scheduler": []}
-        for _ in range(rounds):
-            for way in ("direct", "scheduler"):
-                time.sleep(0.3)
-                start = time.perf_counter()
-                if way == "direct":
-                    whisper.transcribe_waveforms([waveform], options)
-                else:
-                    scheduler.submit(waveform, options).result()
-                mine[way].append(time.perf_counter() - start)
-        per_clip[name] = {way: round(statistics.median(found), 3) for way, found in mine.items()}
+    for path in paths:
+        waveform = load_audio(path)
+
+        def call(way: str, _: object, waveform: np.ndarray = waveform) -> float:
+            return harness.timed(lambda: ways[way](waveform))[1]
+
+        warm_up = lambda way, waveform=waveform: ways[way](waveform)  # noqa: E731
+        found = harness.rounds(list(ways), call, count, warm_up=warm_up, settle=0.3, log=lambda _: None)
+        per_clip[path.stem] = {way: round(median(seconds), 3) for (way, _), seconds in found.items()}
     ratios = [clip["scheduler"] / clip["direct"] for clip in per_clip.values()]
-    return {"per_clip": per_clip, "median_ratio": round(statistics.median(ratios), 3)}
+    return {"per_clip": per_clip, "median_ratio": round(median(ratios), 3)}
 
 
-def figure(rows: list[dict], title: str):
-    from plotly.subplots import make_subplots
-
-    result = make_subplots(rows=1, cols=2, subplot_titles=("throughput", "latency"))
-    x = [row["clients"] for row in rows]
-    result.add_scatter(x=x, y=[r["throughput"] for r in rows], name="at once", row=1, col=1,
-                       line={"color": COLOURS[0]})  # fmt: skip
-    result.add_scatter(x=x, y=[r["throughput_one_after_another"] for r in rows], name="one after another",
-                       row=1, col=1, line={"color": COLOURS[1], "dash": "dash"})  # fmt: skip
-    result.add_scatter(x=x, y=[r["latency_p50"] for r in rows], name="p50 latency", row=1, col=2,
-                       line={"color": COLOURS[2]})  # fmt: skip
-    result.add_scatter(x=x, y=[r["latency_p95"] for r in rows], name="p95 latency", row=1, col=2,
-                       line={"color": COLOURS[3]})  # fmt: skip
-    result.update_xaxes(title_text="concurrent clients", type="log")
-    result.update_yaxes(title_text="seconds of audio per second", row=1, col=1)
-    result.update_yaxes(title_text="seconds", row=1, col=2)
-    result.update_layout(title=title, height=460, width=1100, template="plotly_white")
-    return result
+def figure(rows: list[dict], title: str) -> plots.go.Figure:
+    x, lines = [row["clients"] for row in rows], {"dash": "dash"}
+    throughput = [
+        plots.scatter(x, [r["throughput"] for r in rows], "at once"),
+        plots.scatter(x, [r["throughput_one_after_another"] for r in rows], "one after another", line=lines),
+    ]
+    latency = [plots.scatter(x, [r[f"latency_{p}"] for r in rows], f"{p} latency") for p in ("p50", "p95")]
+    axes = [{"x": {"title_text": "concurrent clients", "type": "log"}, "y": {"title_text": y}}
+            for y in ("seconds of audio per second", "seconds")]  # fmt: skip
+    return plots.figure(title, {"throughput": throughput, "latency": latency}, axes, height=460)
 
 
 def run_and_report(options: ServeBenchOptions, out: Path, command: str) -> dict:
-    started = time.perf_counter()
+    record = Record(command, options)
     paths = clip_paths(options)
-    server, url = start_server()
-    try:
+    with served([]) as (url, _):
         request(url, paths[0])  # warm
         rows = []
         for clients in options.clients:
             rows.append(run_clients(url, paths, clients))
             print(_line(rows[-1]), flush=True)
-    finally:
-        server.terminate()
-        server.wait(30)
     alone = alone_through_the_scheduler(paths, options.alone_rounds)
     print(
         f"one request alone, through the scheduler / direct: {alone['median_ratio']:.3f} (median over clips)"
     )
-    identical = all(row["identical"] for row in rows)
-    report = {
-        **report_header(command, options),
-        "clips": [path.name for path in paths],
-        "clip_seconds": {path.name: round(len(load_audio(path)) / SAMPLE_RATE, 2) for path in paths},
-        "rows": rows,
-        "alone": alone,
-        "identical": identical,
-        "wall_seconds": time.perf_counter() - started,
-    }
-    path = out if out.suffix == ".json" else out / "serve.json"
-    write_json(report, path)
-    html = path.with_suffix(".html")
-    html.write_text(
-        figure(rows, f"python app.py, concurrent /v1 clients: {command}").to_html(include_plotlyjs="cdn")
-    )
-    print(f"wrote {path} and {html} ({report['wall_seconds']:.0f} s)")
-    return report
+    record.update(
+        clips=[path.name for path in paths],
+        clip_seconds={path.name: round(len(load_audio(path)) / SAMPLE_RATE, 2) for path in paths},
+        rows=rows, alone=alone, identical=all(row["identical"] for row in rows),
+    )  # fmt: skip
+    title = f"python app.py, concurrent /v1 clients: {command}"
+    record.write(record_path(out, "serve.json"), lambda: [figure(rows, title)], title)
+    return record
 
 
 def _line(row: dict) -> str:

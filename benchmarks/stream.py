@@ -21,17 +21,16 @@ update's buffer with that update's prompt (as tests/test_streaming.py does), mem
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import transformers
 
+from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
-from benchmarks.common import goal, print_goals, report_header, write_json
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.engine import kernels
@@ -41,8 +40,6 @@ from specdec.streaming.session import StreamOptions, Update
 from specdec.wer import word_errors
 from specdec.whisper.models import load_model, make_pair
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-LANGUAGE = "en"
 GOAL_PASS_RATIO = 2.0  # draft only / with reuse, target passes per decoded update
 PACE = StreamOptions().max_load  # the default: decoding at most this share of real time
 REAL_STREAMS = {  # --size real: name -> clips played back to back (None: the English short clips)
@@ -112,8 +109,7 @@ def real_configs() -> list[StreamConfig]:
 
 def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
     """One SpeculativeWhisper per draft of the preset, all on one target (CPU, float32)."""
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    harness.quiet_transformers()
     if options.size == "real":  # each as a user loads it: the CPU default, and tiny.en named
         return {
             "self": SpeculativeWhisper(device="cpu"),
@@ -180,14 +176,16 @@ def measure(
     any_whisper = next(iter(whispers.values()))  # the target alone: any pair, its draft unused
     for whisper in whispers.values():
         whisper.warm_up()
-    updates: dict[str, list[Update]] = {config.name: [] for config in configs}
-    for round_index in range(rounds):
-        shift = round_index % len(configs)  # a different order each round: no configuration always first
-        for config in configs[shift:] + configs[:shift]:
-            start = time.perf_counter()
-            whisper = whispers[config.draft] if config.draft else any_whisper
-            updates[config.name] += stream_audio(whisper, waveform, config.stream_options(chunk_seconds))
-            log(f"round {round_index + 1}/{rounds} {config.name}: {time.perf_counter() - start:.1f} s")
+
+    def stream(config: StreamConfig, _: object) -> list[Update]:
+        whisper = whispers[config.draft] if config.draft else any_whisper
+        return stream_audio(whisper, waveform, config.stream_options(chunk_seconds))
+
+    found = harness.rounds(configs, stream, rounds, log=log)
+    updates = {
+        config.name: [u for round_updates in found[(config, None)] for u in round_updates]
+        for config in configs
+    }
     references: dict[tuple, tuple[int, ...]] = {}
     rows = []
     for config in configs:
@@ -274,19 +272,30 @@ def target_alone_mismatches(
 
 def goals(rows: list[dict], drafts: list[str], chunk_seconds: float) -> list[dict]:
     """The demo models, per draft: >= 2x fewer passes per update with reuse; median latency < chunk."""
-    by_name = {row["config"]: row for row in rows}
-    found = []
+    by_name, found = {row["config"]: row for row in rows}, []
     for draft in drafts:
         reuse, alone = by_name[f"{draft} + reuse"], by_name[f"{draft} only"]
-        ratio = (
-            alone["passes_per_update"] / reuse["passes_per_update"] if reuse["passes_per_update"] else None
-        )
-        found.append(
-            goal(f"passes per update, {draft}: draft only / with reuse", ratio, ">=", GOAL_PASS_RATIO)
-        )
-        latency = reuse["median_latency_seconds"]
-        found.append(goal(f"median update latency (s), {draft} + reuse", latency, "<", chunk_seconds))
+        fewer = harness.ratio(alone["passes_per_update"], reuse["passes_per_update"])
+        found += [
+            goal(f"passes per update, {draft}: draft only / with reuse", fewer, ">=", GOAL_PASS_RATIO),
+            goal(
+                f"median update latency (s), {draft} + reuse",
+                reuse["median_latency_seconds"],
+                "<",
+                chunk_seconds,
+            ),
+        ]
     return found
+
+
+REAL_GOALS = [  # the row's key, its goal's name, how it compares and its threshold
+    ("real_time_factor", "real-time factor", "<", GOAL_REAL_TIME_FACTOR),
+    ("median_latency_seconds", "median update latency (s)", "<", GOAL_MEDIAN_LATENCY),
+    ("p95_latency_seconds", "p95 update latency (s)", "<", GOAL_P95_LATENCY),
+    ("wer", "WER of the committed text against transcribe", "<", GOAL_WER),
+    ("median_commit_lag_seconds", "median commit lag (s)", "<=", GOAL_MEDIAN_COMMIT_LAG),
+    ("p95_commit_lag_seconds", "p95 commit lag (s)", "<=", GOAL_P95_COMMIT_LAG),
+]
 
 
 def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
@@ -296,19 +305,7 @@ def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
     for name, rows in rows_by_stream.items():
         row = next(row for row in rows if row["config"] == DEFAULT)
         found += [
-            goal(f"{name}: real-time factor", row["real_time_factor"], "<", GOAL_REAL_TIME_FACTOR),
-            goal(
-                f"{name}: median update latency (s)", row["median_latency_seconds"], "<", GOAL_MEDIAN_LATENCY
-            ),
-            goal(f"{name}: p95 update latency (s)", row["p95_latency_seconds"], "<", GOAL_P95_LATENCY),
-            goal(f"{name}: WER of the committed text against transcribe", row["wer"], "<", GOAL_WER),
-            goal(
-                f"{name}: median commit lag (s)",
-                row["median_commit_lag_seconds"],
-                "<=",
-                GOAL_MEDIAN_COMMIT_LAG,
-            ),
-            goal(f"{name}: p95 commit lag (s)", row["p95_commit_lag_seconds"], "<=", GOAL_P95_COMMIT_LAG),
+            goal(f"{name}: {label}", row[key], relation, value) for key, label, relation, value in REAL_GOALS
         ]
         if row.get("script_wer") is not None:
             gap = row["script_wer"] - row["transcribe_script_wer"]
@@ -323,45 +320,54 @@ def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
     return found
 
 
-def table(rows: list[dict]) -> str:
-    """A fixed-width text table: one line per configuration."""
-    header = (
-        f"{'configuration':<26}{'decoded':>8}{'passes/upd':>11}{'median s':>9}{'p95 s':>7}{'lag s':>6}"
-        f"{'RTF':>6}{'WER':>6}  acceptance by source (accepted/drafted)        same"
-    )
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        acceptance = ", ".join(
+def _acceptance(row: dict) -> str:
+    return (
+        ", ".join(
             f"{source} {row['acceptance'].get(source, 0.0):.2f} ({counts['accepted']}/{counts['drafted']})"
             for source, counts in sorted(row["proposals"].items(), reverse=True)
         )
-        same = "yes" if row["identical"] else f"NO: updates {row['mismatched_updates']}"
-        same += f" ({len(row['sampled_updates'])} sampled)" if row.get("sampled_updates") else ""
-        same = same if row.get("checked", True) else "not checked"
-        wer = f"{row['wer']:>6.3f}" if row.get("wer") is not None else f"{'-':>6}"
-        lines.append(
-            f"{row['config']:<26}{row['decoded_updates']:>8}{row['passes_per_update']:>11.1f}"
-            f"{row['median_latency_seconds']:>9.2f}{row['p95_latency_seconds']:>7.2f}"
-            f"{row['median_commit_lag_seconds']:>6.1f}{row['real_time_factor']:>6.2f}{wer}"
-            f"  {acceptance or '-':<46}  {same}"
-        )
-    return "\n".join(lines)
+        or "-"
+    )
+
+
+def _same(row: dict) -> str:
+    if not row.get("checked", True):
+        return "  not checked"
+    same = "  yes" if row["identical"] else f"  NO: updates {row['mismatched_updates']}"
+    return same + (f" ({len(row['sampled_updates'])} sampled)" if row.get("sampled_updates") else "")
+
+
+COLUMNS = [
+    ("configuration", "config", "<26"),
+    ("decoded", "decoded_updates", ">8"),
+    ("passes/upd", "passes_per_update", ">11.1f"),
+    ("median s", "median_latency_seconds", ">9.2f"),
+    ("p95 s", "p95_latency_seconds", ">7.2f"),
+    ("lag s", "median_commit_lag_seconds", ">6.1f"),
+    ("RTF", "real_time_factor", ">6.2f"),
+    ("WER", "wer", ">6.3f"),
+    ("  acceptance by source (accepted/drafted)", lambda row: f"  {_acceptance(row)}", "<48"),
+    ("  same", _same, ""),
+]
+
+
+def table(rows: list[dict]) -> str:
+    """A fixed-width text table: one line per configuration."""
+    return harness.table(rows, COLUMNS)
 
 
 def minutes_table(row: dict) -> str:
     """One line per minute of a stream: decoded updates, median and p95 latency, real-time factor."""
-    lines = [f"{'minute':>7}{'decoded':>8}{'median s':>9}{'p95 s':>7}{'RTF':>6}"]
-    for minute in row["by_minute"]:
-        lines.append(
-            f"{minute['minute']:>7}{minute['decoded_updates']:>8}{minute['median_latency_seconds']:>9.2f}"
-            f"{minute['p95_latency_seconds']:>7.2f}{minute['real_time_factor']:>6.2f}"
-        )
-    return "\n".join(lines)
+    return harness.table(row["by_minute"], [
+        ("minute", "minute", ">7"), ("decoded", "decoded_updates", ">8"),
+        ("median s", "median_latency_seconds", ">9.2f"), ("p95 s", "p95_latency_seconds", ">7.2f"),
+        ("RTF", "real_time_factor", ">6.2f"),
+    ])  # fmt: skip
 
 
 def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> dict:
     """Run the stream benchmark, print the tables and the goals, write stream.json."""
-    started = time.perf_counter()
+    record = Record(command, options)
     whispers = load_whispers(options)
     if options.size == "real":
         rows_by_stream = measure_real(whispers, options)
@@ -379,30 +385,19 @@ def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> 
         print(table(rows))
         rows_by_stream, streams = {"stream": rows}, {"stream": {"clips": clips, "seconds": seconds}}
     print()
-    print_goals(found, digits=2)
+    harness.print_goals(found, digits=2)
     all_rows = [row for rows in rows_by_stream.values() for row in rows]
     mismatched = [row["config"] for row in all_rows if not row["identical"]]
-    if mismatched:
-        print(f"\n!!! UPDATES DIFFER FROM THE TARGET ALONE in: {', '.join(mismatched)}")
-    elif options.check:
-        print("\nevery decoded update of every configuration equals the target alone on its buffer")
-    report = {
-        **report_header(command, options),
-        "language": LANGUAGE,
-        "streams": streams,
-        "models": {
-            "target": next(iter(whispers.values())).pair.target.name,
-            **{name: whisper.pair.draft.name for name, whisper in whispers.items()},
-        },
-        "rows": rows_by_stream,
-        "identical": not mismatched,
-        "goals": found,
-        "wall_seconds": time.perf_counter() - started,
-    }
-    path = out_dir / "stream.json"
-    write_json(report, path)
-    print(f"wrote {path} ({report['wall_seconds']:.0f} s)")
-    return report
+    same = "every decoded update of every configuration equals the target alone on its buffer"
+    harness.print_identity(mismatched, same if options.check else "updates not checked")
+    target = next(iter(whispers.values())).pair.target
+    drafts = {name: whisper.pair.draft.name for name, whisper in whispers.items()}
+    record.update(
+        language=LANGUAGE, streams=streams, models={"target": target.name, **drafts},
+        rows=rows_by_stream, identical=not mismatched, goals=found,
+    )  # fmt: skip
+    record.write(out_dir / "stream.json")
+    return record
 
 
 def measure_real(
@@ -414,14 +409,8 @@ def measure_real(
         waveform = stream.waveform
         seconds = len(waveform) / SAMPLE_RATE
         print(f"\nstream: {name} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
-        rows = measure(
-            whispers,
-            waveform,
-            options.chunk_seconds,
-            options.rounds,
-            configs=real_configs(),
-            check=options.check,
-        )
+        chunk, count = options.chunk_seconds, options.rounds
+        rows = measure(whispers, waveform, chunk, count, configs=real_configs(), check=options.check)
         whole = whispers["self"].transcribe(waveform, sample_rate=SAMPLE_RATE, language=LANGUAGE)[0]
         for row in rows:  # against transcribe; and, as transcribe, against what was read
             errors = word_errors(whole, row["final_text"])

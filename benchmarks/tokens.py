@@ -2,47 +2,33 @@
 
 Configurations: transformers `generate()` (target alone), our loop target-only, transformers assisted
 generation (same-vocabulary drafts), and specdec with fixed and adaptive k, each with the draft's own
-choices and with controlled acceptance at planted rates α (`benchmarks.controlled`). Each clip is encoded
-once per model (an encoder memo passed to the engine; decode times never include an encoder);
-configurations run interleaved, `repeats` rounds, and each clip's decode time is the median over rounds.
-Every configuration's output is compared with `generate()`'s. Statistics and the Leviathan et al. bound
-are in `benchmarks.report`.
+choices and at planted acceptance rates α (`benchmarks.controlled`), on the preset's models
+(`benchmarks.runners`: decode times never include an encoder). Configurations run interleaved, `repeats`
+rounds; each clip's time is the median over rounds. Every output is compared with `generate()`'s.
+
+Leviathan et al. (2023): with per-token acceptance α, k drafted tokens per target pass and cost ratio
+c = (one draft step) / (one target step), the expected speedup over the target alone is
+(1 - α^(k+1)) / ((1 - α)(k·c + 1)). α is measured as accepted / judged draft tokens, c as the draft's
+seconds per drafted token over our target-only loop's seconds per token step, and efficiency as the
+measured speedup over our target-only loop divided by the bound. The first target pass builds the
+cross-attention keys and values, the same work every way: speedups and efficiency are computed on the
+token steps after it ("steady"); the whole decode's are reported too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import statistics
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import transformers
-from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
-from transformers.modeling_outputs import BaseModelOutput
-
-from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
-from benchmarks.controlled import (
-    AcceptancePlan,
-    AssistantPlan,
-    WrongToken,
-    controlled,
-    plan_from,
-    planted,
-)
-from specdec.audio import load_audio
-from specdec.engine import kernels
-from specdec.engine.windows import decode_clips
+from benchmarks import harness, plots
+from benchmarks.checkpoints import DEFAULT_CACHE
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, leviathan_bound
+from benchmarks.runners import Clip, Models, Run, warm_up_tokens
 from specdec.options import DecodeOptions
-from specdec.trace import DecodeResult
-from specdec.whisper.features import PairFeatures, encode, features, window_features
-from specdec.whisper.models import DraftKind, ModelPair, load_model, make_pair
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-LANGUAGE = "en"  # forced for every configuration: no language-detection pass in any timing
+GOAL_ALPHAS = (0.6, 0.8, 0.95)
 
 
 @dataclass(frozen=True)
@@ -62,17 +48,6 @@ class BenchOptions:
     @property
     def rounds(self) -> int:
         return self.repeats or 3
-
-    @property
-    def torch_device(self) -> torch.device:
-        return torch.device(self.device)
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        dtype = getattr(torch, self.dtype, None)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"unknown dtype {self.dtype!r}; choose float32, float16 or bfloat16")
-        return dtype
 
     @property
     def tokens(self) -> int:
@@ -95,287 +70,252 @@ class Config:
     num_draft_tokens: int = 0
 
 
-@dataclass
-class Measurement:
-    """One configuration on one clip: the decode time of each round and the (deterministic) outcome."""
-
-    seconds: list[float] = field(default_factory=list)
-    draft_seconds: list[float] = field(default_factory=list)  # specdec: the draft's share of each round
-    verify_seconds: list[float] = field(default_factory=list)  # specdec: the target passes' share
-    prefill_seconds: list[float] = field(default_factory=list)  # the first target pass of each round
-    token_ids: tuple[int, ...] = ()
-    target_passes: int = 0
-    result: DecodeResult | None = None  # specdec only
-
-    @property
-    def median_seconds(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def median_steady_seconds(self) -> float:
-        """Decode time after the first target pass (which builds the cross-attention keys and values)."""
-        return statistics.median(t - p for t, p in zip(self.seconds, self.prefill_seconds, strict=True))
-
-
-class EncoderMemo:
-    """`encode` once per (model, window features); later calls reuse the output and report the lookup."""
-
-    def __init__(self) -> None:
-        self.outputs: dict[tuple[int, str], torch.Tensor] = {}
-        self.seconds: dict[tuple[int, str], float] = {}
-
-    def __call__(self, model: WhisperForConditionalGeneration, features: torch.Tensor) -> tuple:
-        start = time.perf_counter()
-        digest = hashlib.sha1(features.float().cpu().contiguous().numpy().tobytes()).hexdigest()
-        key = (id(model.model.encoder), digest)
-        if key in self.outputs:  # the lookup's own time (hashing the features) is encoder time, not decode
-            return self.outputs[key], time.perf_counter() - start
-        hidden, seconds = encode(model, features)
-        self.outputs[key], self.seconds[key] = hidden, seconds
-        return hidden, seconds
-
-
-@dataclass
-class Clip:
-    name: str
-    features: dict[str, torch.Tensor]  # per model folder name: log-mel features (1, mel_bins, frames)
-    encoder_seconds: dict[str, float] = field(default_factory=dict)  # window 0, per model
-    plans: dict[float, AcceptancePlan] = field(default_factory=dict)
-
-
-@dataclass
-class PassTimer:
-    calls: int = 0
-    first_seconds: float = 0.0
-    _start: float = 0.0
-
-
-@contextmanager
-def target_passes(model: torch.nn.Module) -> Iterator[PassTimer]:
-    """Count the target's forward passes within the block, and time the first one (for transformers'
-    generate(), which records neither; our engine's trace does).
-
-    The first pass computes every layer's cross-attention keys and values from the encoder output
-    (2 x 32 products of 1500 x 1280 by 1280 x 1280 for large-v3: ~1.2 s here), the same work in every
-    configuration and once per window: timed apart, so that per-token speed is not hidden behind it.
-    """
-    timer = PassTimer()
-
-    def before(*_: object) -> None:
-        timer.calls += 1
-        if timer.calls == 1:
-            synchronize(model)
-            timer._start = time.perf_counter()
-
-    def after(*_: object) -> None:
-        if timer.calls == 1 and not timer.first_seconds:
-            synchronize(model)
-            timer.first_seconds = time.perf_counter() - timer._start
-
-    handles = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
-    try:
-        yield timer
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def synchronize(model: torch.nn.Module) -> None:
-    """Wait for the model's queued GPU work, so that a wall clock read after it times the work itself."""
-    device = next(model.parameters()).device
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Bench:
-    """Models, clips and configurations of one benchmark run."""
-
-    def __init__(self, options: BenchOptions, log: Callable[[str], None] = print) -> None:
-        transformers.logging.set_verbosity_error()  # one max_length warning per generate() call otherwise
-        transformers.logging.disable_progress_bar()
-        self.options, self.log = options, log
-        preset = PRESETS[options.size]
-        paths = bench_models(options.size, options.cache_dir, options.seed)
-        start = time.perf_counter()
-        device, dtype = options.torch_device, options.torch_dtype
-        self.target = load_model(str(paths[preset.target]), device, dtype)
-        kernels.pack(self.target.model)  # as SpeculativeWhisper does (CPU float32 only; not generate())
-        self.pairs: dict[str, ModelPair] = {}
-        for name in preset.drafts:
-            draft = load_model(str(paths[name]), device, dtype)
-            kernels.pack(draft.model)
-            self.pairs[name] = make_pair(self.target, draft)
-        self.assistants = {
-            n: _assistant(p) for n, p in self.pairs.items() if p.kind is DraftKind.SHARED_ENCODER
-        }
-        seconds = time.perf_counter() - start
-        log(f"loaded {options.size} models ({options.device}, {options.dtype}) in {seconds:.1f} s")
-        self.memo = EncoderMemo()
-        self.configs = self._configs()
-
-    def _configs(self) -> list[Config]:
-        k = self.options.num_draft_tokens
-        configs = [Config("generate()", "generate"), Config("specdec target-only", "specdec")]
-        for name in self.pairs:
-            configs.append(Config(f"specdec {name} k={k}", "specdec", name, num_draft_tokens=k))
-            configs.append(
-                Config(f"specdec {name} adaptive", "specdec", name, adaptive=True, num_draft_tokens=k)
-            )
+def configs(options: BenchOptions, models: Models) -> list[Config]:
+    k = options.num_draft_tokens
+    found = [Config("generate()", "generate"), Config("specdec target-only", "specdec")]
+    for name in models.pairs:
+        assisted = name in models.assistants
+        found += [
+            Config(f"specdec {name} k={k}", "specdec", name, num_draft_tokens=k),
+            Config(f"specdec {name} adaptive", "specdec", name, adaptive=True, num_draft_tokens=k),
             # a useless draft (planted α = 0): what adaptive drafting costs when drafting cannot help
-            configs.append(Config(f"specdec {name} adaptive α=0", "specdec", name, 0.0, True, k))
-            if name in self.assistants:
-                configs.append(Config(f"assisted {name} k={k}", "assisted", name, num_draft_tokens=k))
-            for alpha in self.options.rates:
-                label = f"α={alpha:g}"
-                configs.append(Config(f"specdec {name} k={k} {label}", "specdec", name, alpha, False, k))
-                if name in self.assistants:
-                    configs.append(
-                        Config(f"assisted {name} k={k} {label}", "assisted", name, alpha, False, k)
-                    )
-        return configs
-
-    def clips(self) -> list[Clip]:
-        """assets/*.wav (quick: the first) and the given files, with features for every model."""
-        files = sorted(ASSETS.glob("*.wav"))[: 1 if self.options.quick else None]
-        clips = []
-        for path in [*files, *map(Path, self.options.audio)]:
-            waveform = load_audio(path)
-            clip_features = {"target": features(self.target, waveform)}
-            for name, pair in self.pairs.items():
-                if pair.kind is not DraftKind.SHARED_ENCODER:
-                    clip_features[name] = features(pair.draft, waveform)
-            clip = Clip(path.stem, clip_features)
-            clip.encoder_seconds["target"] = self.memo(
-                self.target.model, window_features(clip_features["target"], 0)
-            )[1]
-            for name, pair in self.pairs.items():
-                if name in clip_features:
-                    hidden = self.memo(pair.draft.model, window_features(clip_features[name], 0))
-                    clip.encoder_seconds[name] = hidden[1]
-            self.log(f"clip {clip.name}: encoders {clip.encoder_seconds}")
-            clips.append(clip)
-        return clips
-
-    def run(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
-        """Decode one clip one way; the measurement of this single run."""
-        if config.engine == "specdec":
-            return self._specdec(config, clip, max_new_tokens)
-        return self._transformers(config, clip, max_new_tokens)
-
-    def _specdec(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
-        pair = self.pairs.get(config.draft) or ModelPair(self.target, None, None, None)
-        options = DecodeOptions(
-            language=LANGUAGE,
-            max_new_tokens=max_new_tokens,
-            num_draft_tokens=config.num_draft_tokens or 1,
-            adaptive=config.adaptive,
-        )
-        clip_features = PairFeatures(clip.features["target"], clip.features.get(config.draft))
-        make_drafter = None
-        if config.alpha is not None:
-            make_drafter, options = controlled(pair, [clip.plans[config.alpha]]), planted(options)
-        (result,) = decode_clips(
-            pair, [clip_features], options, config.draft is not None, make_drafter, encoder=self.memo
-        )
-        first_pass = result.passes[0].verify_seconds  # builds the cross-attention keys and values
-        return Measurement(
-            [result.decode_seconds], [result.draft_seconds], [result.verify_seconds], [first_pass],
-            result.token_ids, result.num_target_passes, result,
-        )  # fmt: skip
-
-    def _transformers(self, config: Config, clip: Clip, max_new_tokens: int) -> Measurement:
-        kwargs = {"language": LANGUAGE, "max_new_tokens": max_new_tokens}
-        features = clip.features["target"]
-        if features.shape[-1] <= 3000 and len(self._plan_windows(clip)) <= 1:
-            # one window: give generate() the memoised encoder output, so that it times the decoder only
-            hidden = self.memo(self.target.model, window_features(features, 0))[0]
-            kwargs["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
-            encoder_seconds = 0.0
-        else:  # generate() seeks within the window and re-encodes: subtract what its encoder passes cost
-            kwargs["input_features"] = window_features(features, 0).to(self.target.model.dtype)
-            encoder_seconds = clip.encoder_seconds["target"] * len(self._plan_windows(clip))
-        if config.engine == "assisted":
-            kwargs["assistant_model"] = self.assistants[config.draft]
-            kwargs["assistant_model"].generation_config.num_assistant_tokens = config.num_draft_tokens
-        pair = self.pairs.get(config.draft)
-        with self._assistant_plan(config, clip, pair), target_passes(self.target.model) as passes:
-            start = time.perf_counter()
-            with torch.inference_mode():
-                output = self.target.model.generate(**kwargs)
-            synchronize(self.target.model)
-            seconds = time.perf_counter() - start - encoder_seconds
-        ids = output[0].tolist()
-        eos = self.target.model.generation_config.eos_token_id
-        while ids and ids[-1] == eos:  # end-of-text and padding
-            ids.pop()
-        return Measurement(
-            [seconds],
-            prefill_seconds=[passes.first_seconds],
-            token_ids=tuple(ids),
-            target_passes=passes.calls,
-        )
-
-    def _plan_windows(self, clip: Clip) -> tuple:
-        plan = next(iter(clip.plans.values()), None)
-        return plan.target_tokens if plan else ((),)
-
-    def _assistant_plan(self, config: Config, clip: Clip, pair: ModelPair | None):
-        if config.alpha is None or config.engine != "assisted":
-            return nullcontext()
-        plan = AssistantPlan(
-            self.assistants[config.draft], 4, WrongToken(pair)
-        )  # sot, language, task, notimestamps
-        plan.set_plan(clip.plans[config.alpha])
-        return plan
-
-    def make_plans(self, clip: Clip, reference: DecodeResult, seed: int) -> None:
-        """Acceptance plans for every α from the target-only trace; one seed per clip, so the planned
-        agreements are nested across α (a position agreeing at α = 0.6 agrees at 0.8 too)."""
-        for alpha in {0.0, *self.options.rates}:
-            clip.plans[alpha] = plan_from(reference, alpha, seed=seed)
+            Config(f"specdec {name} adaptive α=0", "specdec", name, 0.0, True, k),
+            *([Config(f"assisted {name} k={k}", "assisted", name, num_draft_tokens=k)] if assisted else []),
+        ]
+        for alpha in options.rates:
+            found.append(Config(f"specdec {name} k={k} α={alpha:g}", "specdec", name, alpha, False, k))
+            if assisted:
+                found.append(Config(f"assisted {name} k={k} α={alpha:g}", "assisted", name, alpha, False, k))
+    return found
 
 
-def run_bench(options: BenchOptions, log: Callable[[str], None] = print) -> tuple[Bench, list[Clip], dict]:
-    """Every configuration on every clip in `options.rounds` interleaved rounds; by (config, clip)."""
-    bench = Bench(options, log)
-    clips = bench.clips()
-    tokens = options.tokens
-    reference = Config("specdec target-only", "specdec")
+def run(models: Models, config: Config, clip: Clip, tokens: int) -> Run:
+    """Decode one clip one way, once."""
+    if config.engine != "specdec":
+        assistant = config.draft if config.engine == "assisted" else None
+        return models.generate([clip], tokens, assistant, config.num_draft_tokens, config.alpha)
+    options = DecodeOptions(
+        language=LANGUAGE,
+        max_new_tokens=tokens,
+        num_draft_tokens=config.num_draft_tokens or 1,
+        adaptive=config.adaptive,
+    )
+    plans = None if config.alpha is None else [clip.plans[config.alpha]]
+    return models.decode(config.draft, [clip], options, plans)
+
+
+def run_bench(
+    options: BenchOptions, log: Callable[[str], None] = print
+) -> tuple[Models, list[Clip], list[Config], dict]:
+    """Every configuration on every clip in `options.rounds` interleaved rounds; (config, clip) -> runs."""
+    models = Models(options.size, options.seed, options.cache_dir, options.device, options.dtype, log)
+    files = sorted(ASSETS.glob("*.wav"))[: 1 if options.quick else None]
+    clips = models.clips([*files, *map(Path, options.audio)])
+    tokens, alone = options.tokens, Config("specdec target-only", "specdec")
     for index, clip in enumerate(clips):  # also warms our loop up
-        bench.make_plans(clip, bench.run(reference, clip, tokens).result, options.seed + index)
-    for config in bench.configs:  # first calls (allocations, lazy packing) are not timed
-        bench.run(config, clips[0], warm_up_tokens(options.device, tokens))
-    measurements = {(c.name, clip.name): Measurement() for c in bench.configs for clip in clips}
-    for round_index in range(options.rounds):
-        start = time.perf_counter()
-        shift = round_index % len(bench.configs)  # a different order each round: no config always first
-        for clip in clips:
-            for config in bench.configs[shift:] + bench.configs[:shift]:
-                measurement = bench.run(config, clip, tokens)
-                kept = measurements[(config.name, clip.name)]
-                kept.seconds += measurement.seconds
-                kept.draft_seconds += measurement.draft_seconds
-                kept.verify_seconds += measurement.verify_seconds
-                kept.prefill_seconds += measurement.prefill_seconds
-                kept.token_ids, kept.target_passes = measurement.token_ids, measurement.target_passes
-                kept.result = measurement.result
-        log(f"round {round_index + 1}/{options.rounds}: {time.perf_counter() - start:.0f} s")
-    return bench, clips, measurements
+        reference = run(models, alone, clip, tokens).results[0]
+        models.make_plans(clip, reference, options.rates, options.seed + index)
+    found = configs(options, models)
+    warm = warm_up_tokens(options.device, tokens)
+    runs = harness.rounds(
+        found, lambda config, clip: run(models, config, clip, tokens), options.rounds, clips,
+        warm_up=lambda config: run(models, config, clips[0], warm), log=log,
+    )  # fmt: skip
+    return models, clips, found, runs
 
 
-def warm_up_tokens(device: str, tokens: int) -> int:
-    """Tokens of each configuration's untimed first call: on a CPU two do (allocations, lazy packing); on
-    a GPU every length the timed calls reach, since each new shape has first-use costs there (kernel
-    choices, the allocator growing)."""
-    return tokens if torch.device(device).type == "cuda" else 2
+def summarise(configs: list[Config], clips: list[Clip], runs: dict) -> list[dict]:
+    """One row of statistics per configuration, summed over clips (each clip's median decode time)."""
+
+    def total(config: Config, steady: bool = False) -> float:
+        return sum(
+            statistics.median(r.steady_seconds if steady else r.seconds for r in runs[(config, c)])
+            for c in clips
+        )
+
+    generate, alone = configs[0], configs[1]  # generate() and our target-only loop
+    reference = {clip.name: runs[(generate, clip)][-1].token_ids for clip in clips}
+    generate_steady, loop_steady = total(generate, True), total(alone, True)
+    loop_steps = sum(len(runs[(alone, c)][-1].token_ids[0]) - 1 for c in clips)
+    rows = []
+    for config in configs:
+        last = [runs[(config, clip)][-1] for clip in clips]  # greedy: every round's tokens are the same
+        decode, steady = total(config), total(config, True)
+        tokens = sum(len(run.token_ids[0]) for run in last)
+        passes = sum(run.target_passes for run in last)
+        mismatched = [
+            c.name for run, c in zip(last, clips, strict=True) if run.token_ids != reference[c.name]
+        ]
+        by_rounds = zip(*(runs[(config, clip)] for clip in clips), strict=True)
+        encoders = ["target", *([config.draft] if config.engine == "specdec" else [])]
+        row = {
+            "config": config.name,
+            "engine": config.engine,
+            "draft": config.draft,
+            "planted_alpha": config.alpha,
+            "adaptive": config.adaptive,
+            "k": config.num_draft_tokens or None,
+            "decode_seconds": decode,
+            "decode_seconds_per_round": [sum(r.seconds for r in by_round) for by_round in by_rounds],
+            "first_pass_seconds": decode - steady,
+            "steady_seconds": steady,
+            "encoder_seconds": sum(sum(c.encoder_seconds.get(name, 0.0) for name in encoders) for c in clips),
+            "tokens": tokens,
+            "tokens_per_second": tokens / decode if decode else 0.0,
+            "speedup_vs_generate": generate_steady / steady,
+            "speedup_vs_target_loop": loop_steady / steady,
+            "decode_speedup_vs_generate": total(generate) / decode,
+            "decode_speedup_vs_target_loop": total(alone) / decode,
+            "target_passes": passes,
+            "identical": not mismatched,
+            "mismatched_clips": mismatched,
+            "tokens_per_pass": tokens / passes if passes else None,
+        }  # fmt: skip
+        if config.engine == "specdec" and config.draft is not None:
+            per_clip, per_token = [runs[(config, clip)] for clip in clips], loop_steady / max(loop_steps, 1)
+            row |= _speculative(config, per_clip, per_token, row["speedup_vs_target_loop"])
+        rows.append(row)
+    return rows
 
 
-def _assistant(pair: ModelPair) -> WhisperForCausalLM:
-    """The shared-encoder draft as transformers documents it for assisted generation: decoder only."""
-    draft = pair.draft.model
-    assistant = WhisperForCausalLM(draft.config).eval().to(draft.device, draft.dtype)
-    state = {k: v for k, v in draft.state_dict().items() if k.startswith(("model.decoder.", "proj_out."))}
-    assistant.load_state_dict(state, strict=True)
-    assistant.generation_config = draft.generation_config
-    assistant.generation_config.num_assistant_tokens_schedule = "constant"
-    return assistant
+def _speculative(config: Config, per_clip: list[list[Run]], seconds_per_token: float, speedup: float) -> dict:
+    results = [runs[-1].results[0] for runs in per_clip]
+    drafted = sum(r.num_drafted for r in results)
+    accepted = sum(r.num_accepted for r in results)
+    rejected = sum(1 for r in results for s in r.steps if s.n_accepted < len(s.drafted))
+    drafting_passes = sum(1 for r in results for s in r.steps if s.drafted)
+    draft_seconds = sum(statistics.median(run.results[0].draft_seconds for run in runs) for runs in per_clip)
+    verify_seconds = sum(
+        statistics.median(run.results[0].verify_seconds for run in runs) for runs in per_clip
+    )
+    alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
+    cost_ratio = (draft_seconds / drafted) / seconds_per_token if drafted else 0.0
+    if config.adaptive:  # the best any fixed k could do, k = 0 (no draft) included
+        bound = max([1.0] + [leviathan_bound(alpha, k, cost_ratio) for k in range(1, 13)])
+    else:
+        bound = leviathan_bound(alpha, config.num_draft_tokens, cost_ratio)
+    return {
+        "alpha": alpha,
+        "accepted_over_drafted": accepted / drafted if drafted else None,
+        "mean_k": drafted / drafting_passes if drafting_passes else 0.0,
+        "drafting_passes": drafting_passes,
+        "cost_ratio": cost_ratio,
+        "bound": bound,
+        "efficiency": speedup / bound,
+        "draft_seconds": draft_seconds,
+        "verify_seconds": verify_seconds,
+    }
+
+
+def goals(rows: list[dict], drafts: list[str], k: int) -> list[dict]:
+    """The goals with the measured figure (None where the run did not include the configuration)."""
+    by_name = {row["config"]: row for row in rows}
+    found = []
+    for draft in drafts:
+        for alpha in GOAL_ALPHAS:
+            row = by_name.get(f"specdec {draft} k={k} α={alpha:g}")
+            found.append(goal(f"efficiency {draft} α={alpha:g}", row and row["efficiency"], ">=", 0.9))
+        row = by_name.get(f"specdec {draft} k={k} α=0.8")
+        found.append(
+            goal(f"speedup over generate() {draft} α=0.8", row and row["speedup_vs_generate"], ">=", 1.5)
+        )
+        assisted = by_name.get(f"assisted {draft} k={k} α=0.8")
+        if assisted is not None and row is not None:
+            ratio = assisted["steady_seconds"] / row["steady_seconds"]
+            found.append(goal(f"speedup over assisted generation {draft} α=0.8", ratio, ">=", 1.2))
+        useless = by_name.get(f"specdec {draft} adaptive α=0")
+        if useless is not None:
+            slowdown = 1 / useless["speedup_vs_target_loop"] - 1
+            found.append(goal(f"adaptive slowdown vs target-only, {draft} α=0", slowdown, "<", 0.1))
+    return found
+
+
+COLUMNS = [
+    ("configuration", "config", "<40"),
+    ("decode s", "decode_seconds", ">9.2f"),
+    ("1st pass", "first_pass_seconds", ">9.2f"),
+    ("steady", "steady_seconds", ">8.2f"),
+    ("x gen", "speedup_vs_generate", ">7.2f"),
+    ("x loop", "speedup_vs_target_loop", ">7.2f"),
+    ("α", "alpha", ">6.2f"),
+    ("tok/pass", "tokens_per_pass", ">9.2f"),
+    ("c", "cost_ratio", ">7.3f"),
+    ("bound", "bound", ">7.2f"),
+    ("eff", "efficiency", ">6.2f"),
+    ("x gen all", "decode_speedup_vs_generate", ">10.2f"),
+    ("  same", lambda row: "  yes" if row["identical"] else "  NO: " + ",".join(row["mismatched_clips"]), ""),
+]
+
+
+def speedup_figure(rows: list[dict], title: str) -> plots.go.Figure:
+    """Left: speedup over our target-only loop with the bound; right: speedup over generate()."""
+    left, right, alphas = [], [], [i / 100 for i in range(101)]
+    for colour, draft in zip(plots.COLOURS, sorted({r["draft"] for r in rows if r["draft"]}), strict=False):
+        planted = [r for r in rows if r["draft"] == draft and r["planted_alpha"] is not None]
+        ours, theirs = ([r for r in planted if r["engine"] == e] for e in ("specdec", "assisted"))
+        if not ours:
+            continue
+        k, cost_ratio = ours[0]["k"], statistics.median(r["cost_ratio"] for r in ours)
+        group, x = {"legendgroup": draft, "marker": {"color": colour}}, [r["alpha"] for r in ours]
+        bound = [leviathan_bound(a, k, cost_ratio) for a in alphas]
+        y = [r["speedup_vs_target_loop"] for r in ours]
+        left.append(plots.scatter(x, y, f"specdec {draft} k={k}", mode="markers", **group))
+        dashed = {"color": colour, "dash": "dash"}
+        name = f"bound {draft} (k={k}, c={cost_ratio:.3f})"
+        left.append(plots.scatter(alphas, bound, name, mode="lines", line=dashed, legendgroup=draft))
+        y, name = [r["speedup_vs_generate"] for r in ours], f"specdec {draft} k={k} vs generate()"
+        right.append(plots.scatter(x, y, name, mode="markers+lines", showlegend=False, **group))
+        if theirs:
+            x, y = [r["planted_alpha"] for r in theirs], [r["speedup_vs_generate"] for r in theirs]
+            group["marker"] = {"color": colour, "symbol": "x"}
+            name = f"transformers assisted {draft} k={k}"
+            right.append(plots.scatter(x, y, name, mode="markers+lines", line={"dash": "dot"}, **group))
+    left_title, right_title = "speedup over specdec target-only, and the bound", "speedup over generate()"
+    axis = {"x": {"title_text": "acceptance rate α (controlled)"}, "y": {"title_text": "speedup (decode)"}}
+    return plots.figure(title, {left_title: left, right_title: right}, [axis, axis], one_line=[2])
+
+
+def breakdown_figure(rows: list[dict], title: str) -> plots.go.Figure:
+    """Decode seconds per configuration: draft, target passes and the rest (transformers: total only)."""
+    names = [row["config"] for row in rows]
+    draft = [row.get("draft_seconds", 0.0) for row in rows]
+    verify = [row.get("verify_seconds", row["decode_seconds"] * (row["engine"] == "specdec")) for row in rows]
+    other = [row["decode_seconds"] - d - v for row, d, v in zip(rows, draft, verify, strict=True)]
+    parts = {
+        "target passes (specdec)": verify,
+        "draft (specdec)": draft,
+        "other (transformers: all of it)": other,
+    }
+    bars = [plots.bar(values, names, name, orientation="h") for name, values in parts.items()]
+    axis = {
+        "x": {"title_text": "decode seconds (sum over clips, median over rounds)"},
+        "y": {"autorange": "reversed"},
+    }
+    return plots.figure(title, {"": bars}, [axis], barmode="stack", height=max(400, 22 * len(rows) + 150))
+
+
+def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
+    """Run the benchmark, print the table and the goals, write bench.json and the Plotly report."""
+    record = Record(command, options)
+    models, clips, found, runs = run_bench(options)
+    rows = summarise(found, clips, runs)
+    record.update(
+        rounds=options.rounds,
+        max_new_tokens=options.tokens,
+        alphas=options.rates,
+        models={"target": models.target.name, **{n: p.draft.name for n, p in models.pairs.items()}},
+        clips=[{"name": c.name, "encoder_seconds": c.encoder_seconds} for c in clips],
+        rows=rows,
+        identical=all(row["identical"] for row in rows),
+        goals=goals(rows, list(models.pairs), options.num_draft_tokens),
+    )
+    print(harness.table(rows, COLUMNS))
+    print()
+    harness.print_goals(record["goals"], digits=3)
+    same = f"all {len(rows)} configurations produced generate()'s output token for token"
+    harness.print_identity([row["config"] for row in rows if not row["identical"]], same)
+    title = f"specdec benchmark, {options.size} models, {options.device} {options.dtype} ({record['date']})"
+    record.write(
+        out_dir / "bench.json", lambda: [speedup_figure(rows, title), breakdown_figure(rows, title)], title
+    )
+    return record

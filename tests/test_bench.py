@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.common import leviathan_bound
 from benchmarks.controlled import controlled, judged, make_plan, plan_from, planted
-from benchmarks.tokens import BenchOptions
-from benchmarks.tokens_report import run_and_report
+from benchmarks.harness import leviathan_bound
+from benchmarks.tokens import BenchOptions, run_and_report
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
 from specdec.engine.draft_length import AdaptiveDraftLength, StepFacts

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-from benchmarks import app_check, gpu, gpu_report
+from benchmarks import app_check, gpu
 from benchmarks import profile as profiling
 from benchmarks.__main__ import main
-from benchmarks.tokens import Measurement
+from benchmarks.runners import Run
 
 
 def _event(
@@ -43,7 +43,7 @@ def test_profile_summary_counts_launches_syncs_and_copies_per_pass():
         _event("ampere_sgemm", 40, DeviceType.CUDA, device_us=3988.0),
     ]
     prof = SimpleNamespace(key_averages=lambda: events)
-    measurement = Measurement(seconds=[0.01], token_ids=(1, 2, 3, 4), target_passes=2)
+    measurement = Run(seconds=0.01, first_pass_seconds=0.0, token_ids=((1, 2, 3, 4),), target_passes=2)
     found = profiling.summary(prof, measurement, wall_seconds=0.008, top=3)
     per = found["per_pass"]
     assert per["kernel_launches"] == 24 and per["graph_launches"] == 1
@@ -105,7 +105,7 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
         cache_dir=benchmark_checkpoints,
     )  # fmt: skip
     path = tmp_path / "record.json"
-    report = gpu_report.run_and_report(options, path, "test")
+    report = gpu.run_and_report(options, path, "test")
     assert replay.enabled == []  # each model enabled was disabled again
     assert json.loads(path.read_text())["rows"] == report["rows"]
     assert report["device"].startswith("cpu") and report["identical"]
@@ -135,12 +135,9 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
     assert [goal["met"] is not None for goal in report["goals"]][-1] is False  # no batch 8: not measured
 
     # a second run of another dtype keeps these rows; a record of another device keeps none
-    assert (
-        gpu_report.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",)))
-        == report["rows"]
-    )
-    assert gpu_report.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
-    assert gpu_report.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
+    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float16",))) == report["rows"]
+    assert gpu.kept_rows(path, report["device"], gpu.GpuBenchOptions(dtypes=("float32",))) == []
+    assert gpu.kept_rows(path, "NVIDIA H100", gpu.GpuBenchOptions(dtypes=("float16",))) == []
 
 
 def test_a_failed_compile_or_replay_leaves_the_other_rows(benchmark_checkpoints, monkeypatch):
@@ -162,7 +159,7 @@ def test_a_failed_compile_or_replay_leaves_the_other_rows(benchmark_checkpoints,
     assert bench.errors == [
         "replayed, batch 1: RuntimeError: capture failed", "torch.compile, batch 1: RuntimeError: no compiler"
     ]  # fmt: skip
-    assert "forward" not in bench.bench.target.model.__dict__
+    assert "forward" not in bench.models.target.model.__dict__
 
 
 def _row(config: str, seconds: float, batch: int = 1, **fields) -> dict:
@@ -186,7 +183,7 @@ def test_goals_read_the_planted_rows_and_the_faster_of_each_mode():
         _row("specdec tiny adaptive eager", 0.1, **tiny | {"planted_alpha": None}),  # not the goals' case
         _row("specdec target-only eager", 0.5, batch=8),
     ]
-    found = {goal["goal"]: goal for goal in gpu_report.goals(rows)}
+    found = {goal["goal"]: goal for goal in gpu.goals(rows)}
     assert found["speculative (tiny-size) over generate(), float16"]["value"] == pytest.approx(8.0)
     assert found["speculative (tiny-size) over our target alone"]["value"] == pytest.approx(1.6)
     assert found["speculative (tiny-size) over the faster of static+compile and assisted"]["value"] == 2.0

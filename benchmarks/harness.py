@@ -1,0 +1,298 @@
+"""What every benchmark does the same way, written once.
+
+- `Record`: the JSON report: its header (command, date, machine, options), the benchmark's figures, its
+  goals (`goal`) and whether every output equalled the reference's; written with its figures as HTML
+  beside it (`Record.write`).
+- `rounds`: configurations side by side: an untimed first call each, then rounds in which each runs on
+  each item once, the order rotated every round so that none is always first or always after the same one;
+  `median`, `timed` and `synchronize` for what the rounds time.
+- `table`: rows as a fixed-width or a markdown table, from a list of columns.
+- `in_child`: a function run in a spawned process (another runtime's threads never beside ours).
+- `served` and `one_after_another_then_at_once`: `python app.py` in its own process, driven by clients.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "assets"
+LANGUAGE = "en"  # forced wherever a benchmark times decoding alone: no language-detection pass
+VERDICTS = {True: "met", False: "MISSED", None: "not measured"}
+
+
+def audio_paths(paths: Iterable[Path]) -> list[Path]:
+    """Each folder replaced by the audio files under it, sorted (`scripts/get_real_speech.py`'s folder)."""
+    from specdec.distill.data import find_clips
+
+    found = []
+    for path in paths:
+        audio = [clip.path for clip in find_clips(path)] if path.is_dir() else [path]
+        if not audio:
+            raise SystemExit(f"no audio files under {path}")
+        found += audio
+    return found
+
+
+def quiet_transformers() -> None:
+    """No progress bars, and no warning per generate() call (max_length) in the benchmarks' output."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+# ---------------------------------------------------------------- the record
+
+
+class Record(dict):
+    """A benchmark's JSON report: the header first, then what the benchmark adds to it."""
+
+    def __init__(self, command: str, options: object, **fields: Any) -> None:
+        super().__init__(
+            command=command,
+            date=time.strftime("%Y-%m-%d %H:%M"),
+            machine=machine(options),
+            options={k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+            **fields,
+        )
+        self.started = time.perf_counter()
+
+    def write(self, path: Path, figures: Callable[[], Sequence] | None = None, title: str = "",
+              quiet: bool = False) -> Path:  # fmt: skip
+        """The JSON at `path` (wall_seconds set), then figures()' figures in one HTML beside it; says so
+        unless quiet. The JSON comes first: a figure that fails loses no measurement."""
+        self["wall_seconds"] = time.perf_counter() - self.started
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self, indent=1))
+        written = [path]
+        if figures is not None:
+            from benchmarks.plots import write_html  # plotly only here
+
+            written.append(write_html(figures(), path.with_suffix(".html"), title))
+        if not quiet:
+            print(f"wrote {' and '.join(map(str, written))} ({self['wall_seconds']:.0f} s)")
+        return path
+
+
+def record_path(out: Path, name: str) -> Path:
+    """`out` itself when it names a JSON file, else `name` in the folder `out`."""
+    return out if out.suffix == ".json" else out / name
+
+
+def machine(options: object | None = None) -> dict:
+    """What the numbers were measured on."""
+    import platform
+
+    import torch
+    import transformers
+
+    cpu = platform.processor() or "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line
+        ]
+        cpu = names[0] if names else cpu
+    return {
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "device": getattr(options, "device", "cpu"),
+        "dtype": getattr(options, "dtype", "float32"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+    }
+
+
+def goal(name: str, value: float | None, relation: str, threshold: float) -> dict:
+    """A goal with the measured figure (None: the run did not measure it)."""
+    compare = {">=": float.__ge__, "<=": float.__le__, "<": float.__lt__}[relation]
+    met = None if value is None else compare(float(value), float(threshold))
+    return {"goal": name, "value": value, "relation": relation, "threshold": threshold, "met": met}
+
+
+def print_goals(goals: list[dict], digits: int = 2) -> None:
+    for found in goals:
+        value = "-" if found["value"] is None else f"{found['value']:.{digits}f}"
+        verdict = VERDICTS[found["met"]]
+        print(f"goal {found['goal']}: {value} ({found['relation']} {found['threshold']:g}) {verdict}")
+
+
+def print_identity(mismatched: list[str], same: str) -> bool:
+    """The verdict on the outputs: `same` when none differed, else what differed; True when none did."""
+    print(f"\n!!! OUTPUT DIFFERS in: {', '.join(mismatched)}" if mismatched else f"\n{same}")
+    return not mismatched
+
+
+def leviathan_bound(alpha: float, num_draft_tokens: int, cost_ratio: float) -> float:
+    """Expected speedup of speculative decoding over the target alone (Leviathan et al. 2023, eq. 1)."""
+    k = num_draft_tokens
+    tokens_per_pass = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return tokens_per_pass / (k * cost_ratio + 1)
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, None where either is missing or the denominator is 0."""
+    return None if numerator is None or not denominator else numerator / denominator
+
+
+# ---------------------------------------------------------------- side by side, in rounds
+
+
+def rounds(
+    configs: Sequence[Hashable],
+    run: Callable[[Any, Any], Any],
+    count: int,
+    items: Sequence[Hashable] = (None,),
+    warm_up: Callable[[Any], object] | None = None,
+    settle: float = 0.0,
+    log: Callable[[str], None] = print,
+) -> dict[tuple, list]:
+    """run(config, item) for every item and configuration, `count` rounds: (config, item) -> each round's
+    result. warm_up(config) first, untimed, for each; each round rotates the configurations' order;
+    `settle` seconds of untimed pause before each call (threads left spinning by the call before sleep)."""
+    for config in configs if warm_up else ():
+        warm_up(config)
+    found: dict[tuple, list] = {(config, item): [] for item in items for config in configs}
+    for index in range(count):
+        start = time.perf_counter()
+        shift = index % len(configs)
+        for item in items:
+            for config in [*configs[shift:], *configs[:shift]]:
+                time.sleep(settle)
+                found[(config, item)].append(run(config, item))
+        log(f"round {index + 1}/{count}: {time.perf_counter() - start:.0f} s")
+    return found
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def synchronize(device: object = None) -> None:
+    """Wait for queued GPU work (of a module's device, or a device), so that a clock read after it times
+    the work itself."""
+    import torch
+
+    if hasattr(device, "parameters"):
+        device = next(device.parameters()).device
+    if torch.cuda.is_available() and torch.device(device or "cpu").type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(call: Callable[[], Any], device: object = None) -> tuple[Any, float]:
+    """call()'s result and its seconds (the device's queued work included)."""
+    synchronize(device)
+    start = time.perf_counter()
+    found = call()
+    synchronize(device)
+    return found, time.perf_counter() - start
+
+
+def in_child(function: Callable, *args: object) -> Any:
+    """function(*args) in a spawned process: its result."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(function, *args).result()
+
+
+# ---------------------------------------------------------------- tables
+
+Column = tuple[str, str | Callable[[dict], Any], str]  # header, a row's key or a function of it, format
+
+
+def table(rows: Iterable[dict], columns: Sequence[Column], markdown: bool = False) -> str:
+    """Rows as a table, a column's cells formatted by its spec: fixed-width, or markdown (cells stripped);
+    '-' for None."""
+    aligned = [re.match(r"([<>^]?)(\d*)", spec).groups() for *_, spec in columns]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.strip() for cell in cells) + " |" if markdown else "".join(cells)
+
+    def cell(value: object, spec: str, align: str, width: str) -> str:
+        if value is None or isinstance(value, str):
+            return f"{'-' if value is None else value:{align or '>'}{width}}"
+        return f"{value:{spec}}"
+
+    head = line([f"{header:{a or '>'}{w}}" for (header, *_), (a, w) in zip(columns, aligned, strict=True)])
+    lines = [head, "|" + "---|" * len(columns) if markdown else "-" * len(head)]
+    for row in rows:
+        values = [row.get(key) if isinstance(key, str) else key(row) for _, key, _ in columns]
+        specs = [(spec, *a) for (*_, spec), a in zip(columns, aligned, strict=True)]
+        lines.append(line([cell(value, *spec) for value, spec in zip(values, specs, strict=True)]))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the app, served and driven
+
+
+@contextmanager
+def served(
+    args: Sequence[str], log: Path | None = None, start_seconds: float = 300
+) -> Iterator[tuple[str, float]]:
+    """`python app.py ARGS --port P` in its own process, as a user starts it: (its URL, seconds until
+    /v1/models answered) while the block runs; stopped after it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    output = log.open("w") if log else subprocess.DEVNULL
+    command = [sys.executable, "app.py", *args, "--port", str(port)]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+    url, start = f"http://127.0.0.1:{port}", time.perf_counter()
+    try:
+        yield url, _wait_for(server, url, start_seconds, log) - start
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def _wait_for(server: subprocess.Popen, url: str, start_seconds: float, log: Path | None) -> float:
+    import httpx
+
+    deadline = time.perf_counter() + start_seconds
+    while time.perf_counter() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited ({server.returncode}){f'; see {log}' if log else ''}")
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                return time.perf_counter()
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"the server did not answer within {start_seconds:.0f} s{f'; see {log}' if log else ''}")
+
+
+def one_after_another_then_at_once(send: Callable[[Any], dict], items: Sequence) -> dict:
+    """send(item) for each item one after another, then for all of them at once from as many threads:
+    both lists of answers and both wall times."""
+    start = time.perf_counter()
+    serial = [send(item) for item in items]
+    serial_seconds = time.perf_counter() - start
+    time.sleep(0.5)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(items)) as pool:
+        together = list(pool.map(send, items))
+    return {
+        "serial": serial,
+        "serial_seconds": serial_seconds,
+        "together": together,
+        "together_seconds": time.perf_counter() - start,
+        "identical": [a["text"] for a in together] == [a["text"] for a in serial],
+    }
