@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import numbers
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 TASKS = ("transcribe", "translate")
 LONG_FORM_MODES = ("sequential", "chunked")
@@ -30,6 +34,7 @@ NO_SPEECH_NEEDS_LOGPROB = (
 # 3e36 (a smaller one overflows them and the sampling probabilities turn to NaN), and below it sampling is
 # greedy in all but name (a token 0.1 logit behind the best is e^10 times less likely). See docs/usage.md.
 MIN_TEMPERATURE = 0.01
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take this range
 DRAFT_TOKENS = (1, 12)  # the least and the largest k of the adaptive draft length, by default
 
 
@@ -166,13 +171,13 @@ class DecodeOptions:
     )
 
     def __post_init__(self) -> None:
-        for declared in dataclasses.fields(self):  # a switch is true or false (an API client sends anything)
-            value = getattr(self, declared.name)
-            if declared.type == "bool" and not isinstance(value, bool):
-                raise ValueError(f"{declared.name} must be true or false, not {str(value)[:20]!r}")
+        self._check_switches()
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, not {self.task!r}")
         self._check_temperature()
+        is_whole = isinstance(self.seed, numbers.Integral) and not isinstance(self.seed, bool)
+        if self.seed is not None and not (is_whole and 0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"seed must be a whole number from 0 to {MAX_SEED}, not {str(self.seed)[:24]}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError("top_p must be in (0, 1]")
         if self.num_draft_tokens < 0:
@@ -193,6 +198,18 @@ class DecodeOptions:
         if self.condition_on_prev_tokens not in (None, True, False):
             raise ValueError("condition_on_prev_tokens must be true, false or None")
         self._check_acceptance_threshold()
+
+    def _check_switches(self) -> None:
+        """Every switch is true or false (an API client sends anything): numpy's booleans and the whole
+        numbers 0 and 1 are taken as the bools they stand for, anything else refused."""
+        for name, annotation in _annotations(type(self)).items():
+            value = getattr(self, name)
+            if annotation is not bool or isinstance(value, bool):
+                continue
+            if isinstance(value, numbers.Integral) and value in (0, 1) or isinstance(value, np.bool_):
+                object.__setattr__(self, name, bool(value))  # frozen
+            else:
+                raise ValueError(f"{name} must be true or false, not {str(value)[:20]!r}")
 
     def _check_temperature(self) -> None:
         """A number, or a non-empty sequence of them (kept as a tuple), each `check_temperature`'s."""
@@ -278,6 +295,11 @@ class TranscribeOptions(DecodeOptions):
         return dataclasses.replace(options, **fields)
 
 
+@functools.cache
+def _annotations(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
 # the original design's names for options fields
 ALIASES = {"max_tokens": "max_new_tokens"}
 
@@ -298,6 +320,10 @@ def _known_fields(cls: type, fields: dict) -> dict:
     return renamed
 
 
+# the options' own names -> the design's, in SpeculativeConfig's messages
+DESIGN_NAMES = {"num_draft_tokens": "gamma", "adaptive": "use_adaptive_gamma"}
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """The speculation settings by the original design's names: a view of `DecodeOptions` fields
@@ -311,7 +337,13 @@ class SpeculativeConfig:
     use_adaptive_gamma: bool = DecodeOptions.adaptive  # grow and shrink k with acceptance
 
     def __post_init__(self) -> None:
-        self.options()  # checked as the options it stands for
+        try:
+            self.options()  # checked as the options it stands for
+        except ValueError as error:  # in the design's names
+            message = str(error)
+            for own, design in DESIGN_NAMES.items():
+                message = message.replace(own, design)
+            raise ValueError(message) from None
 
     def options(self) -> DecodeOptions:
         """The `DecodeOptions` these settings are."""

@@ -4,8 +4,10 @@ Each `TranscribeOptions` field declares its default, help and choices once. From
 (`add_option_arguments`: a bool that defaults to False is a switch, one that defaults to True has its
 `--no-` form, the rest take a value of the field's type, read back by `options_from_arguments`), a form
 field's text read as the field's type (`parse`: /v1's fields), and the page's controls
-(`specdec.app.controls`). Every door's values become options in one function, `options_from_values`, and
-the options check every value in one place. Whisper's own values of its no-speech rule and temperature
+(`specdec.app.controls`). The values of the command line, the page and /v1 become options in one
+function, `options_from_values` (the Python API takes the options' own fields; a live stream decodes
+with its own fixed settings, `StreamOptions.decode_options`), and the options check every value in one
+place. Whisper's own values of its no-speech rule and temperature
 fallback come as two presets, `detect_no_speech` and `fallback` (`--detect-no-speech`, `--fallback`, the
 page's two switches, /v1's fields), which a value given beside them overrides.
 """
@@ -120,8 +122,11 @@ def options_from_arguments(
 def options_from_values(values: Mapping[str, object], options: type = TranscribeOptions) -> DecodeOptions:
     """The options a door's values give: declared fields by name, and the presets' switches (each sets its
     values where no value of the door gives its own; `fallback` makes one temperature openai-whisper's
-    steps from it up to 1). Every value is checked by the options (ValueError)."""
+    steps from it up to 1; an acceptance threshold of 0 is exact decoding, as None). Every value is
+    checked by the options (ValueError)."""
     given = {name: value for name, value in values.items() if name not in PRESETS}
+    if given.get("acceptance_threshold") == 0:  # a door's 0 (the page's slider at its end): exact
+        given["acceptance_threshold"] = None
     for name, preset in PRESETS.items():
         switched = values.get(name, False)
         if not isinstance(switched, bool):

@@ -11,6 +11,7 @@ process. Demo models (random weights) on a 4.6 s clip.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import httpx
@@ -175,6 +176,10 @@ def test_v1_takes_every_option_by_openais_name_or_its_own(served, received, name
         ({"task": "translate"}, "task"),
         ({"word_timestamps": "true"}, "word_timestamps"),
         ({"detect_no_speech": "yes"}, "detect_no_speech"),
+        ({"timestamps": "true"}, "timestamps"),  # json is not timed: only a field that says so is taken
+        ({"speculative": "false"}, "speculative"),
+        ({"num_draft_token": "3"}, "num_draft_token"),  # a near miss is named with the option it misses
+        ({"batch_size": "4"}, "batch_size"),
     ],
 )
 def test_v1_refuses_a_bad_option_naming_its_field(served, form, field):
@@ -227,17 +232,52 @@ def test_the_stream_takes_its_options(shared_pair, received, stream, expected):
 
 # the options the shared batch decodes: every one a clip up to 30 s takes (long-form modes are refused)
 BATCHED = [name for name in ASKED if name not in ("long_form", "skip_silence", "batch_size")]
+# values that change this clip's decoding on random weights and 8 tokens (ASKED's leave it as it is): a k
+# kept whole, and Whisper's rules with thresholds this window fails
+CHANGING = ASKED | {
+    "adaptive": {"adaptive": False, "draft_confidence": 0.0},
+    "no_speech_threshold": {"no_speech_threshold": 1e-12, "logprob_threshold": -0.5},
+    "logprob_threshold": {"logprob_threshold": -0.5, "temperature": (0.0, 0.5), "seed": 1},
+    "compression_ratio_threshold": {"compression_ratio_threshold": 0.5, "temperature": (0.0, 0.5), "seed": 1},
+}
+NO_EFFECT_HERE = {  # options whose value leaves this decoding as the default's, and why
+    "max_draft_tokens": "k never grows: the random draft is rejected at almost every step",
+    "condition_on_prev_tokens": "one window: no text before it",
+}
+TIMED = {"cost_aware"}  # k from measured pass costs: the steps depend on timings, the output does not
+
+
+def signature(transcription) -> tuple:
+    """What a decoding did, step by step: its tokens and words, each step's source, proposals and verdict,
+    and each window's temperature, fallback and no-speech measures."""
+    result = transcription.result
+    steps = [(step.source, tuple(step.drafted), step.n_accepted) for step in result.steps]
+    windows = [
+        (window.temperature, window.fell_back, window.no_speech_prob, window.avg_logprob)
+        for window in result.windows
+    ]
+    return transcription.token_ids, transcription.words, transcription.language, steps, windows
+
+
+@functools.cache
+def decoded_alone(whisper, options: TranscribeOptions) -> tuple:
+    (alone,) = whisper.transcribe_waveforms([load_audio(CLIP)], options)
+    return signature(alone)
 
 
 @pytest.mark.parametrize("name", BATCHED)
 def test_the_shared_batch_decodes_every_option_as_alone(shared_pair, name):
-    waveform = load_audio(CLIP)
-    options = TranscribeOptions(**(SHORT | ASKED[name]))
-    (alone,) = shared_pair.transcribe_waveforms([waveform], options)
-    batched = Scheduler(shared_pair).submit(waveform, options, CLIP.name).result(120)
-    assert batched.token_ids == alone.token_ids
-    assert batched.words == alone.words and batched.language == alone.language
-    assert batched.result.lossless == alone.result.lossless
+    """The batch's decoding of a request is step for step the request's alone (with the option, which
+    changes that decoding: the default's is another)."""
+    options = TranscribeOptions(**(SHORT | CHANGING[name]))
+    batched = Scheduler(shared_pair).submit(load_audio(CLIP), options, CLIP.name).result(120)
+    alone = decoded_alone(shared_pair, options)
+    if name in TIMED:
+        assert signature(batched)[:3] == alone[:3]  # tokens, words, language
+        return
+    assert signature(batched) == alone
+    if name not in NO_EFFECT_HERE:
+        assert alone != decoded_alone(shared_pair, TranscribeOptions(**SHORT)), f"{name} changed nothing"
 
 
 @pytest.mark.parametrize("name", ["long_form", "skip_silence"])
@@ -266,6 +306,22 @@ def test_decode_options_are_declared_for_the_command_line():
     }
 
 
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"task": "transcribe"},
+        {"timestamps": "false"},
+        {"acceptance_threshold": "0"},
+        {"include[]": "logprobs"},
+    ],
+)
+def test_v1_takes_a_field_that_agrees_with_what_is_set_here_and_leaves_others_alone(served, form):
+    _, url = served
+    answer = v1(url, {"model": "whisper-1", "max_new_tokens": "8", **form})
+    assert answer.status_code == 200, answer.text
+    assert "X-Specdec-Lossy" not in answer.headers  # an acceptance threshold of 0 is exact, as on the page
+
+
 def test_a_lossy_answer_says_so_in_every_format(served):
     _, url = served
     for response_format in ("json", "text", "srt", "vtt", "verbose_json"):
@@ -276,3 +332,48 @@ def test_a_lossy_answer_says_so_in_every_format(served):
         assert lossy.status_code == 200 and "not the target's own" in lossy.headers["X-Specdec-Lossy"]
         if response_format in ("json", "verbose_json"):
             assert "not the target's own" in lossy.json()["lossy"] and "lossy" not in exact.json()
+
+
+def test_a_lossy_stream_and_the_design_endpoint_say_so_too(served):
+    _, url = served
+    fields = {"model": "whisper-1", "max_new_tokens": "8", "acceptance_threshold": "0.3"}
+    streamed = v1(url, fields | {"stream": "true"})
+    assert streamed.status_code == 200 and "X-Specdec-Lossy" in streamed.headers
+    done = [line for line in streamed.text.splitlines() if "transcript.text.done" in line]
+    assert done and "not the target's own" in done[0]
+    with CLIP.open("rb") as audio:
+        files = {"file": (CLIP.name, audio, "audio/wav")}
+        design = httpx.post(f"{url}/transcribe", data=fields, files=files, timeout=120)
+    assert design.status_code == 200 and "X-Specdec-Lossy" in design.headers
+    assert "not the target's own" in design.json()["lossy"]
+
+
+def test_every_control_of_the_page_is_sent_here():
+    from specdec.app.compare_tab import COMPARE_API
+
+    assert set(PAGE) == set(COMPARE_API) - {"audio", "pair", "reference"}
+
+
+def test_gradio_hands_the_page_handler_its_values_then_the_request_and_the_progress():
+    """The page's handlers take their values by position and find the request and the progress tracker
+    after them, where Gradio puts them by the handler's signature."""
+    import asyncio
+
+    import gradio as gr
+    from gradio.helpers import special_args
+
+    from specdec.app.compare_tab import COMPARE_API, api_handler
+
+    seen = {}
+
+    async def run(asked, request, progress):
+        seen.update(asked=asked, request=request, progress=progress)
+
+    handler = api_handler(COMPARE_API, run)
+    values = ["a.wav", "p", "de", *[None] * (len(COMPARE_API) - 3)]
+    request = object()
+    inputs, progress_index, _, _ = special_args(handler, list(values), request=request)
+    asyncio.run(handler(*inputs))
+    assert (seen["asked"].audio, seen["asked"].pair, seen["asked"].language) == ("a.wav", "p", "de")
+    assert seen["request"] is request and isinstance(seen["progress"], gr.Progress)
+    assert progress_index == len(COMPARE_API) + 1  # after the values and the request

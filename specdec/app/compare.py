@@ -22,14 +22,13 @@ from specdec.app.store import ModelStore, RefusedAudio, UserError, chosen_langua
 from specdec.app.views import Comparison
 from specdec.audio import SAMPLE_RATE, AudioError, load_audio, recorded_seconds
 from specdec.longform import Progress
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import MAX_SEED, DecodeOptions, TranscribeOptions
 from specdec.request import options_from_values
 from specdec.vad import rms_dbfs
 
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
 MAX_REFERENCE_WORDS = 4_000  # more words than 10 minutes of speech hold
-MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take this range
 # Whisper's no-speech rule as openai/whisper's transcribe() sets it (generate()'s no_speech_threshold and
 # logprob_threshold): a window is silence when both numbers are past these
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
@@ -108,24 +107,22 @@ class CompareRequest:
                 "language": chosen_language(self.language),
                 "task": self.task,
                 "timestamps": self.timestamps,
-                "seed": self.seed,
-                "num_draft_tokens": int(self.num_draft_tokens),
+                "seed": checked_seed(self.seed),
+                "num_draft_tokens": _number("num_draft_tokens", self.num_draft_tokens, int),
                 "adaptive": self.draft_length == "adaptive",
-                # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
-                "cost_aware": self.draft_length == "adaptive"
-                and self.long_form == "chunked"
-                and float(self.temperature) == 0,
-                "temperature": float(self.temperature),
+                "temperature": _number("temperature", self.temperature, float),
                 "detect_no_speech": self.detect_no_speech,
                 "fallback": self.fallback,
                 "word_timestamps": self.word_timestamps,
-                "acceptance_threshold": self.acceptance_threshold or None,  # 0: exact
+                "acceptance_threshold": self.acceptance_threshold,
                 "long_form": self.long_form,
                 "skip_silence": self.skip_silence,
-            }
-            values |= self.more_options
-            return options_from_values(values | {"seed": checked_seed(values["seed"])})
-        except (TypeError, ValueError) as error:
+            } | dict(self.more_options)
+            # chunks are decoded as a batch: k from its measured costs (a seed keeps sampling fixed)
+            chunked_greedy = values["long_form"] == "chunked" and values["temperature"] == 0
+            values.setdefault("cost_aware", values["adaptive"] is True and chunked_greedy)
+            return options_from_values(values)
+        except ValueError as error:
             raise UserError(str(error)) from error
 
     def check_reference(self) -> None:
@@ -149,6 +146,14 @@ class CompareRequest:
         except UserError:
             return False
         return options.long_form == "sequential" and not options.skip_silence
+
+
+def _number(name: str, value: object, kind: type) -> float | int:
+    """A number from the page or an API client, as `kind` (ValueError naming the field otherwise)."""
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, not {str(value)[:20]!r}") from None
 
 
 def checked_seed(seed: object) -> int | None:

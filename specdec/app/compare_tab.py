@@ -31,20 +31,14 @@ logger = logging.getLogger("specdec.app")
 
 
 # The page's API (`/compare`, `/transcribe`): its parameters in the order clients give them, each named as
-# the CompareRequest field it gives; newer ones come last, optional, so that older calls still hold
+# the CompareRequest field it gives; newer ones come last, so that older calls still hold (a client may
+# leave out any whose control has a value: Gradio's clients send the control's initial value)
 COMPARE_API = (
     "audio", "pair", "language", "task", "timestamps", "draft_length", "num_draft_tokens", "temperature",
     "seed", "long_form", "reference", "skip_silence", "word_timestamps", "detect_no_speech", "fallback",
     "acceptance_threshold",
 )  # fmt: skip
 TRANSCRIBE_API = tuple(name for name in COMPARE_API if name != "reference")
-API_DEFAULTS = {
-    "word_timestamps": False,
-    "detect_no_speech": True,
-    "fallback": True,
-    "acceptance_threshold": 0.0,
-}
-EMPTY = inspect.Parameter.empty
 
 
 def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: list[list[str]]) -> None:
@@ -234,20 +228,15 @@ def compare_tab(store: ModelStore, choices: list[tuple[str, str]], examples: lis
 
 def api_handler(names: tuple[str, ...], run) -> Callable:
     """The Gradio handler of a button whose inputs are the controls `names`: the page's API, whose
-    parameters are those names in that order (the first ones required, the rest with `API_DEFAULTS`).
-    It calls `run(CompareRequest, gr.Request, gr.Progress)` with the request those values make."""
+    parameters are those names in that order. It calls `run(CompareRequest, gr.Request, gr.Progress)`
+    with the request those values make."""
 
     async def handler(*values):
         *given, request, progress = values  # Gradio puts the request and the progress tracker last
         return await run(compare.CompareRequest(**dict(zip(names, given, strict=True))), request, progress)
 
-    parameters = [
-        inspect.Parameter(
-            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=API_DEFAULTS.get(name, EMPTY)
-        )
-        for name in names
-    ]
     keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    parameters = [inspect.Parameter(name, keyword) for name in names]
     parameters += [
         inspect.Parameter("request", keyword, default=None, annotation=gr.Request),
         inspect.Parameter("progress", keyword, default=gr.Progress()),

@@ -131,7 +131,9 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                     return Response(status_code=499)  # nobody reads it
                 if design:
                     took = round(time.perf_counter() - start, 3)
-                    return JSONResponse({"text": [answer.speculative.text], "duration": took})
+                    lossy = openai_schema.lossy(asked)
+                    body = {"text": [answer.speculative.text], "duration": took, **lossy}
+                    return JSONResponse(body, headers=openai_schema.lossy_headers(asked))
                 return openai_schema.response(asked, answer)
             except Exception as error:
                 return _api_error(error, store, folder).response()
@@ -339,7 +341,8 @@ async def _streamed(
                     kind = {"message": error.message, "type": error.kind, "param": error.param}
                     yield _event({"type": "error", "error": {**kind, "code": error.code}})
                     return
-                yield _event({"type": "transcript.text.done", "text": work.result().speculative.text})
+                done = {"type": "transcript.text.done", "text": work.result().speculative.text}
+                yield _event(done | openai_schema.lossy(asked))
                 return
         finally:
             waiting.cancel()
@@ -347,7 +350,8 @@ async def _streamed(
                 logger.info("a streaming API client disconnected: its transcription was stopped")
                 await _stopped(work)
 
-    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    headers = {"Cache-Control": "no-cache", **openai_schema.lossy_headers(asked)}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 
 async def _stopped(work: asyncio.Future) -> None:

@@ -6,6 +6,7 @@ page's Transcribe request, the job that decodes it, and the answer in each respo
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import math
 import zlib
@@ -33,22 +34,21 @@ RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("verbose_json", "srt", "vtt")  # decoded with timestamps (the others as the page does)
 DEFAULT_MODEL = "whisper-1"  # OpenAI's model name, taken as the server's default pair
 MAX_PROMPT_TOKENS = 223  # Whisper's limit for the previous text (half its context, less one)
-# OpenAI's form fields -> the option each sets; every other declared option is a form field of its own name
-OPENAI_FIELDS = {
-    "language": "language",
-    "temperature": "temperature",  # one number from 0 to 1
-    "prompt": "prompt_ids",  # text: the target's ids of it
-    "timestamp_granularities[]": "word_timestamps",  # "word" among them
-}
 LOSSY_NOTE = (
     "acceptance_threshold was given: draft tokens the target would not have chosen were kept, so this is "
     "not the target's own output"
 )
-SET_HERE = {  # options no form field gives by its own name: what sets each
+# OpenAI's own fields that are not options (and specdec's `compare`); a field named like none of these nor
+# like an option is left alone (OpenAI adds fields), one named almost like an option is refused
+OTHER_FIELDS = ("file", "model", "prompt", "response_format", "stream", "compare")
+# the options that no form field gives by its own name: what sets each here
+SET_HERE = {
     "task": "the route (/v1/audio/translations translates)",
     "timestamps": "response_format (verbose_json, srt and vtt are timed)",
+    "word_timestamps": "timestamp_granularities[]=word",
+    "prompt_ids": "prompt, as text",
     "batch_size": "the server (requests share its batch)",
-    **{option: name for name, option in OPENAI_FIELDS.items() if option != name},
+    "speculative": "the server: /v1 decodes speculatively (compare=true decodes with the target alone too)",
 }
 
 logger = logging.getLogger("specdec.app")
@@ -130,47 +130,77 @@ def asked(
     if stream and check:
         message = "stream=true and compare=true do not go together: a check answers whole."
         raise ApiError(400, message, "stream")
-    language = _text(form, "language") or "auto"
-    try:
-        chosen_language(language)
-    except ValueError as error:  # UserError too
-        raise ApiError(400, str(error), "language") from None
-    more = _declared_options(form)
+    openai = {option: read(form) for option, read in OPENAI_FIELDS.values()}
+    given_here = {"task": task, "timestamps": response_format in TIMED_FORMATS, **openai}
+    more = _declared_options(form, given_here)
     request = compare.CompareRequest(
-        audio=audio, pair=label, language=language, task=task, timestamps=response_format in TIMED_FORMATS,
-        temperature=_temperature(form),
+        audio=audio, pair=label, **given_here,
         detect_no_speech=more.pop("detect_no_speech", False),  # generate()'s default, as the Python API's
         # on, as OpenAI's model, unless streamed: a window the fallback may decode again settles no text
         # until it is judged, so a stream with it would say a clip up to 30 s in one piece at its end
         fallback=more.pop("fallback", not stream),
-        word_timestamps="word" in granularities, more_options=more,
+        more_options=more,
     )  # fmt: skip
     try:
         request.options()
     except UserError as error:  # a value out of bounds, or two that do not go together
-        raise ApiError(400, f"{error}.", next((name for name in more if name in str(error)), None)) from None
+        raise ApiError(
+            400, _sentence(error), next((name for name in more if name in str(error)), None)
+        ) from None
     return Asked(model, request, response_format, _text(form, "prompt"), check, stream)
 
 
 def declared_fields() -> tuple[str, ...]:
     """The options /v1 takes by their own names (`specdec.request`'s declarations), and the presets."""
-    set_otherwise = OPENAI_FIELDS.values() | SET_HERE.keys()
+    set_otherwise = {option for option, _ in OPENAI_FIELDS.values()} | SET_HERE.keys()
     return (*(name for name in command_line_fields(TranscribeOptions) if name not in set_otherwise), *PRESETS)
 
 
-def _declared_options(form: FormData) -> dict:
-    """The declared options the form gives by their own names, each read as its field's type."""
+def _declared_options(form: FormData, given_here: dict) -> dict:
+    """The declared options the form gives by their own names, each read as its field's type. A field of
+    an option set here otherwise (`SET_HERE`) is refused unless it says the same; one named almost as an
+    option is refused with the option's name."""
+    names = declared_fields()
+    known = {*names, *SET_HERE, *OPENAI_FIELDS, *OTHER_FIELDS}
+    for name in form:
+        if name not in known and (close := difflib.get_close_matches(name, names, n=1, cutoff=0.85)):
+            raise ApiError(400, f"Unknown field {name[:40]!r}; did you mean {close[0]!r}?", name)
     for name, setter in SET_HERE.items():
-        if name in form:
+        if name in form and not (name in given_here and _same(name, _text(form, name), given_here[name])):
             raise ApiError(400, f"{name} is not a form field here: it is set by {setter}.", name)
     more = {}
-    for name in declared_fields():
+    for name in names:
         if text := _text(form, name):
             try:
                 more[name] = parse(name, text)
             except ValueError as error:
-                raise ApiError(400, f"{error}.", name) from None
+                raise ApiError(400, _sentence(error), name) from None
     return more
+
+
+def _same(name: str, text: str, value: object) -> bool:
+    """The form's text for an option says the value it has here anyway."""
+    try:
+        return parse(name, text) == value
+    except ValueError:
+        return False
+
+
+def _sentence(error: Exception) -> str:
+    return str(error).rstrip(".") + "."
+
+
+def _language(form: FormData) -> str:
+    language = _text(form, "language") or "auto"
+    try:
+        chosen_language(language)
+    except ValueError as error:  # UserError too
+        raise ApiError(400, str(error), "language") from None
+    return language
+
+
+def _word_timestamps(form: FormData) -> bool:
+    return "word" in form.getlist("timestamp_granularities[]")  # (checked with the response format above)
 
 
 def design_asked(form: FormData, store: ModelStore, audio: str, task: str = "transcribe") -> Asked:
@@ -199,6 +229,7 @@ def _flag(form: FormData, field: str) -> bool:
 
 
 def _temperature(form: FormData) -> float:
+    """OpenAI's temperature: one number from 0 to 1 (0: greedy), at least MIN_TEMPERATURE when not 0."""
     try:
         temperature = float(_text(form, "temperature") or 0)
     except ValueError:
@@ -211,6 +242,16 @@ def _temperature(form: FormData) -> float:
         message = f"temperature must be 0 (greedy) or a number from {MIN_TEMPERATURE} to 1."
         raise ApiError(400, message, "temperature")
     return temperature
+
+
+# OpenAI's form fields that set options: field -> (the option, how it is read from the form); every other
+# option is a form field of its own name (`declared_fields`), and `prompt` becomes the target's ids of it
+# once the pair is loaded (`_prompt_ids`)
+OPENAI_FIELDS = {
+    "language": ("language", _language),
+    "temperature": ("temperature", _temperature),
+    "timestamp_granularities[]": ("word_timestamps", _word_timestamps),
+}
 
 
 def transcribe(store: ModelStore, asked: Asked) -> Answer:
@@ -316,18 +357,26 @@ def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
 def response(asked: Asked, answer: Answer) -> Response:
     """The answer in the response format asked for (srt and vtt from `Transcription`'s own writers)."""
     transcription = answer.speculative
-    # a lossy answer says so in every format: a header, and a field in JSON
-    lossy = {} if transcription.result.lossless else {"lossy": LOSSY_NOTE}
-    headers = {"X-Specdec-Lossy": LOSSY_NOTE} if lossy else None
+    said, headers = lossy(asked), lossy_headers(asked) or None
     if asked.response_format == "json":
-        return JSONResponse({"text": transcription.text, **lossy}, headers=headers)
+        return JSONResponse({"text": transcription.text, **said}, headers=headers)
     if asked.response_format == "text":  # OpenAI's: json's text whole, not a .txt file's one segment a line
         return PlainTextResponse(subtitles.plain_text(transcription.text, None), headers=headers)
     if asked.response_format == "srt":
         return PlainTextResponse(transcription.to_srt(), headers=headers)
     if asked.response_format == "vtt":
         return PlainTextResponse(transcription.to_vtt(), media_type="text/vtt", headers=headers)
-    return JSONResponse(_verbose(asked, answer) | lossy, headers=headers)
+    return JSONResponse(_verbose(asked, answer) | said, headers=headers)
+
+
+def lossy(asked: Asked) -> dict:
+    """A lossy request's answer says so in every format, streamed or not: this field in JSON, ..."""
+    return {} if asked.request.options().lossless else {"lossy": LOSSY_NOTE}
+
+
+def lossy_headers(asked: Asked) -> dict:
+    """... and this header."""
+    return {"X-Specdec-Lossy": LOSSY_NOTE} if lossy(asked) else {}
 
 
 def _word(word) -> dict:
