@@ -1,14 +1,9 @@
 """`python -m benchmarks app`: the app served as a user starts it, on a preset's checkpoints, driven as its
 users drive it.
 
-`python app.py --target T --draft D ... --device DEVICE` in its own process (the preset's target and drafts
-as model folders, `benchmarks.checkpoints`; at large-v3 size random weights, so the drafts agree with the
-target about never), then, timed from the client: one Compare of a clip through `gradio_client` (both runs
-and the page's own decode ratio), one `/v1/audio/transcriptions` request through `openai`, and N requests
-at once against the same N one after another (the goal: N = 8 finish >= 4x sooner at once). Greedy
-throughout (`fallback` off: random weights fail Whisper's thresholds in every window, and the fallback
-would decode each again hotter). Given the GPU record (`--record`, `benchmarks.gpu`), the Compare's decode
-ratio is set beside the record's for the same draft deciding for itself (adaptive k, batch 1).
+One Compare through `gradio_client`, one `/v1/audio/transcriptions` through `openai`, and N requests at
+once against the same N one after another; greedy throughout. Given a GPU record (`--record`), the
+Compare's decode ratio is set beside the record's.
 """
 
 from __future__ import annotations
@@ -51,19 +46,16 @@ def compare(url: str, clip: Path, label: str) -> dict:
     *shown, _windows, _words = outputs
     details = shown[-1]
     runs = {name: details[name] for name in ("baseline", "speculative")}
-    return {
-        "pair": label,
-        "client_seconds": seconds,
-        "decode_speedup": details["decode_speedup"],
-        "identical": details["identical"],
-        **{
-            f"{name}_{key}": run[key]
-            for name, run in runs.items()
-            for key in ("decode_seconds", "num_target_passes")
-        },
-        "acceptance_rate": runs["speculative"]["acceptance_rate"],
-        "tokens": runs["speculative"]["num_generated"],
+    each = {
+        f"{name}_{key}": run[key]
+        for name, run in runs.items()
+        for key in ("decode_seconds", "num_target_passes")
     }
+    return {
+        "pair": label, "client_seconds": seconds, "decode_speedup": details["decode_speedup"],
+        "identical": details["identical"], **each, "acceptance_rate": runs["speculative"]["acceptance_rate"],
+        "tokens": runs["speculative"]["num_generated"],
+    }  # fmt: skip
 
 
 def transcribe(url: str, clip: Path) -> dict:
@@ -86,13 +78,12 @@ def concurrent(url: str, clip: Path, clients: int) -> dict:
     """N requests one after another, then the same N at once; seconds, their ratio, identical texts."""
     found = one_after_another_then_at_once(lambda _: transcribe(url, clip), range(clients))
     return {
-        "clients": clients,
-        "one_after_another_seconds": found["serial_seconds"],
+        "clients": clients, "one_after_another_seconds": found["serial_seconds"],
         "at_once_seconds": found["together_seconds"],
         "speedup": found["serial_seconds"] / found["together_seconds"],
         "mean_batch_rows": sum(answer["batch_rows"] for answer in found["together"]) / clients,
         "identical": found["identical"],
-    }
+    }  # fmt: skip
 
 
 def record_ratio(record: Path, draft: str) -> float | None:
@@ -116,9 +107,7 @@ def run_and_report(options: AppCheckOptions, out_dir: Path, command: str) -> dic
     record = Record(command, options)
     out_dir.mkdir(parents=True, exist_ok=True)
     clip = ASSETS / options.clip
-    target, *drafts = (
-        str(path) for path in bench_models(options.size, options.cache_dir, options.seed).values()
-    )
+    target, *drafts = map(str, bench_models(options.size, options.cache_dir, options.seed).values())
     args = ["--target", target, "--device", options.device, *(a for d in drafts for a in ("--draft", d))]
     with served(args, out_dir / "app-server.log", options.start_seconds) as (url, start_seconds):
         labels = list(pairs_for(target, drafts))

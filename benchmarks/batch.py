@@ -1,11 +1,7 @@
 """`python -m benchmarks batch`: batched speculative decoding against the batched target alone.
 
-For each batch size (1, 2, 4, 8, 16), the same rows are decoded by the target alone and by each draft at
-controlled acceptance α (`benchmarks.controlled`: every row its own plan, drawn from its clip's
-target-only tokens with its own seed), through `benchmarks.runners` (no timing includes an encoder; the
-first target pass is timed apart). Rows cycle through assets/*.wav (row i is clip i mod 5), so the rows
-of batch 8 are the first 8 rows of batch 16. Configurations run interleaved, `rounds` rounds, medians.
-Every row's tokens are compared with the batched target alone and with its clip decoded alone at batch 1.
+Batch sizes 1-16 of rows cycling through assets/*.wav, each row its own plan at α (`benchmarks.controlled`),
+in rotated rounds; every row's tokens compared with the batched target alone and with its clip alone.
 """
 
 from __future__ import annotations
@@ -19,17 +15,7 @@ import torch
 from benchmarks import plots
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.controlled import row_plans
-from benchmarks.harness import (
-    ASSETS,
-    LANGUAGE,
-    Record,
-    goal,
-    median,
-    print_goals,
-    print_identity,
-    rounds,
-    table,
-)
+from benchmarks.harness import ASSETS, LANGUAGE, Record, goal, median, rounds, table
 from benchmarks.runners import Clip, Models, Run, warm_up_tokens
 from specdec.options import DecodeOptions
 
@@ -111,13 +97,10 @@ class BatchBench:
     def run(self, config: BatchConfig, max_new_tokens: int, rows: list[Clip] | None = None) -> Run:
         """Decode the first batch_size rows together, one way."""
         rows = rows or self.row_clips[: config.batch_size]
-        options = DecodeOptions(
-            language=LANGUAGE,
-            max_new_tokens=max_new_tokens,
-            num_draft_tokens=self.options.num_draft_tokens,
-            adaptive=False,  # fixed k, or cost-aware
-            cost_aware=config.cost_aware,
-        )
+        options = DecodeOptions(  # fixed k, or cost-aware
+            language=LANGUAGE, max_new_tokens=max_new_tokens, num_draft_tokens=self.options.num_draft_tokens,
+            adaptive=False, cost_aware=config.cost_aware,
+        )  # fmt: skip
         plans = self.plans[: config.batch_size] if config.draft else None
         return self.models.decode(config.draft, rows, options, plans)
 
@@ -244,13 +227,10 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
     record = Record(command, options)
     bench, runs = run_batch_bench(options)
     rows = summarise(bench, runs)
-    found = goals(rows)
-    print(table(rows, COLUMNS))
-    print()
-    print_goals(found)
+    print(table(rows, COLUMNS), "\n")
     mismatched = [f"{r['config']} batch {r['batch_size']}" for r in rows if _same(r) != "  yes"]
     same = f"every row of {len(rows)} configurations equals the batched target alone and its clip alone"
-    print_identity(mismatched, same)
+    record.verdict(mismatched, same, goals(rows))
     models = bench.models
     record.update(
         rounds=options.rounds,
@@ -259,8 +239,6 @@ def run_and_report(options: BatchBenchOptions, out_dir: Path, command: str) -> d
         clips=[{"name": c.name, "encoder_seconds": c.encoder_seconds} for c in bench.clips],
         planned_alpha=[plan.planned_rate for plan in bench.plans],
         rows=rows,
-        identical=not mismatched,
-        goals=found,
     )
     title = (
         f"specdec batch scaling, {options.size} models, α={options.alpha:g}, {options.device} {options.dtype}"

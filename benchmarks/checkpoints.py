@@ -1,16 +1,8 @@
-"""Random-weight checkpoints with real Whisper architectures, so that benchmark costs are real.
+"""Random-weight checkpoints with real Whisper architectures (large-v3, tiny, distil-large-v3), so that
+benchmark costs are real; nothing downloaded.
 
-No weights are downloaded: the configurations of whisper-large-v3, whisper-tiny and distil-large-v3 are
-written below, the tokenizers are the demo models' (openai/whisper's real vocabularies, special tokens at
-the hub ids), the weights are transformers' own random initialisation. Their transcripts are
-meaningless; their compute is that of the real models, which is what the benchmark measures
-(agreement between draft and target is planted separately, see `specdec.controlled`).
-
-Two adjustments keep every benchmark run the same length: the target's `<|endoftext|>` and timestamp
-rows of the (tied) token embedding are zero, so their logit is 0 against random logits whose maximum
-is far above 0: the target never ends early nor emits timestamp pairs (which make generate() re-decode
-a window), and every configuration decodes exactly `max_new_tokens` tokens in one window.
-distil-large-v3 is, like the real one, the target's encoder (identical weights, detected as shared).
+The target's end-of-text and timestamp embedding rows are zero, so that every run decodes exactly
+`max_new_tokens` tokens in one window; distil-large-v3 shares the target's encoder.
 """
 
 from __future__ import annotations

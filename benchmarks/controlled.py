@@ -1,17 +1,9 @@
 """Controlled acceptance, for benchmarks only: the real draft model runs, its proposals follow a plan.
 
-Random-weight models agree with each other arbitrarily (almost never), so the speedup-vs-α curve is
-measured by planting the agreement. `ControlledDrafter` is an ordinary drafter (`engine.drafters`) in
-front of the real draft model: the draft model drafts as always (its cost is paid in full), then at
-generated position i its proposal becomes the target's own greedy token there (known from a target-only
-run beforehand) when `plan.agree[i]`, and another text token when not. `agree` is Bernoulli(α) per
-position from a seeded generator, so every engine and every k sees the same agreement pattern, and each
-position is examined by the target at most once: the measured per-token acceptance estimates α directly.
-The engine sees a drafter like any other, through `decode_clips(make_drafter=...)`; its output must
-still be the target's, which the benchmarks and tests/test_bench.py check.
-
-transformers' assisted generation has no drafter to plug in, only an assistant model: for it
-`AssistantPlan` rewrites the assistant's logits with a forward hook instead.
+Random-weight models almost never agree, so agreement is planted: `ControlledDrafter`, an ordinary drafter
+in front of the real draft model (its cost paid in full), proposes the target's own token at a position
+where the seeded plan agrees and another token where not. transformers' assisted generation takes no
+drafter: `AssistantPlan` rewrites its assistant's logits instead.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """`python -m benchmarks corpus`: corpus throughput, the Ray Data command against a plain batched loop.
 
-The corpus is `files` audio files: assets/*.wav and en-jfk.flac in turn, each with its own stretch of
-silence before and after (0-3 s and 0-2 s, seeded), written as 16 kHz WAV. For each pair (the demo
-models, and the bundled real pair whisper-base <- whisper-tiny.en) it is transcribed
-
-- by a plain loop: `SpeculativeWhisper(...).transcribe(files, batch_size=N)` in this process, and
-- by `specdec.corpus.transcribe_corpus` (what `python -m specdec corpus` runs) with 1 and 2 actors,
-  Ray started and stopped by each run, as the command does.
-
-Throughput is hours of audio per hour of wall time, start to end: for the loop, model loading included
-(and also without it); for the corpus runs, Ray's start, the actors' start and model loading included.
-Every corpus row's tokens are compared with the loop's for the same file. The load average before and
-after each configuration is recorded: on a shared machine it says how far two wall times compare.
+A corpus of `files` clips between seeded silences, transcribed per pair by `transcribe(batch_size=N)` and
+by `specdec.corpus.transcribe_corpus` with 1 and 2 actors: hours of audio per hour, start to end, the load
+average around each; every corpus row's tokens compared with the loop's.
 """
 
 from __future__ import annotations
@@ -122,8 +113,8 @@ def run_corpus(
 
 
 def measured(run, *args) -> dict:
-    """A configuration's figures, with the machine's load average (1 min) before and after it: the other
-    jobs sharing the cores, which the wall times depend on."""
+    """A configuration's figures, with the load average (1 min) before and after it: the other jobs on the
+    cores."""
     load_before = os.getloadavg()[0]
     figures = run(*args)
     return {**figures, "load_average": (load_before, os.getloadavg()[0])}
@@ -165,37 +156,23 @@ def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions) ->
     results, identical = {}, True
     for pair, found in pairs.items():
         loop = found["loop"]
-        rows = [
-            {
-                "config": f"transcribe(batch_size={options.batch_size}) loop",
-                "wall_seconds": loop["wall_seconds"],
-                "audio_hours_per_hour": throughput(loop["wall_seconds"]),
-                "without_loading": throughput(loop["decode_seconds"]),
-                "identical": True,
-                "load_average": loop["load_average"],
-            }
-        ]
+        rows = [{
+            "config": f"transcribe(batch_size={options.batch_size}) loop",
+            "wall_seconds": loop["wall_seconds"], "audio_hours_per_hour": throughput(loop["wall_seconds"]),
+            "without_loading": throughput(loop["decode_seconds"]), "identical": True,
+            "load_average": loop["load_average"],
+        }]  # fmt: skip
         for workers, run in found["corpus"].items():
             same = run["tokens"] == loop["tokens"] and not run["failures"]
             identical &= same
-            rows.append(
-                {
-                    "config": f"corpus, {workers} actor{'s' if workers > 1 else ''}",
-                    "wall_seconds": run["wall_seconds"],
-                    "audio_hours_per_hour": throughput(run["wall_seconds"]),
-                    "without_loading": None,
-                    "identical": same,
-                    "acceptance_rate": run["summary"]["acceptance_rate"],
-                    "load_average": run["load_average"],
-                }
-            )
+            rows.append({
+                "config": f"corpus, {workers} actor{'s' if workers > 1 else ''}",
+                "wall_seconds": run["wall_seconds"], "audio_hours_per_hour": throughput(run["wall_seconds"]),
+                "without_loading": None, "identical": same,
+                "acceptance_rate": run["summary"]["acceptance_rate"], "load_average": run["load_average"],
+            })  # fmt: skip
         results[pair] = {"target": found["target"], "draft": found["draft"], "rows": rows}
-    return {
-        "files": options.files,
-        "audio_hours": hours,
-        "pairs": results,
-        "identical": identical,
-    }
+    return {"files": options.files, "audio_hours": hours, "pairs": results, "identical": identical}
 
 
 COLUMNS = [

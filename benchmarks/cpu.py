@@ -1,24 +1,8 @@
 """`python -m benchmarks cpu`: the bundled real pairs on this CPU, every way to decode the same English audio.
 
-In one process, on the same waveforms (assets/en-*, a 30 s window of dense speech made of them, and any
---audio files), `repeats` rotated rounds on warm models: transformers' `generate()` on the target, our
-loop with the target alone, our loop with each draft variant (`VARIANTS`: the draft as loaded, then int8,
-a restricted vocabulary, audio-only encoding, the lean decoder step and pooled frames for its
-cross-attention added one by one) at fixed and adaptive k (and cost-aware for the default variant), the
-default CPU pair's self-draft (`SELF_VARIANT`, the same settings, beside the same target), and
-faster-whisper (CTranslate2, the same whisper-base weights and thread count, beam 1) in float32 and int8
-when installed, the same way after ours in a child process (CTranslate2 loaded beside torch leaves its
-threads waiting on our cores). Greedy, English forced, no timestamps. Every output of ours is compared
-with `generate()`'s token ids, faster-whisper's with its text.
-
-Per configuration, over the clips (each clip's median, summed): end to end, the encoders, the decode split
-into the first target pass and the steady steps after it, α = accepted / judged draft tokens, tokens per
-pass, the mean k of a drafting step, c = the draft's seconds per drafted token over our target alone's per
-step, Leviathan et al.'s bound and the efficiency (the steady speedup over the target alone / the bound).
-`generate()`'s decode is its end to end less our target alone's features and encoder (the same work).
-Apart, each step kind is timed alone (a target step of 1 and of k+1 tokens, a draft step of each variant,
-after a 20-token prompt) against its memory floor: the bytes it reads over this machine's bandwidth,
-measured in the same run by copying a 256 MB tensor between the rounds of steps.
+generate(), our target alone, each draft variant (`VARIANTS`, one lever added at a time) and the self-draft
+at fixed, adaptive and cost-aware k, and faster-whisper (in a child process), in rotated rounds; a batch of
+clips; each step kind against its memory floor. docs/benchmarks.md gives the method and the statistics.
 """
 
 from __future__ import annotations
@@ -175,8 +159,8 @@ def measure(configs: list[Config], decode, waveforms: dict[str, np.ndarray], rep
 
 
 def faster_whisper_runs(options: CpuBenchOptions, waveforms: dict[str, np.ndarray], threads: int) -> tuple:
-    """faster-whisper float32 and int8 measured as `measure` measures ours, in the process that runs this:
-    a child of the benchmark's. Returns its configurations, their runs and a note on the models."""
+    """faster-whisper float32 and int8 measured as `measure` measures ours (run in a child process): its
+    configurations, their runs and a note on the models."""
     torch.set_num_threads(threads)
     models, note = faster_whisper_models(options.faster_whisper)
     found = [Config(f"faster-whisper {t}", "faster-whisper", compute_type=t) for t in models]
@@ -190,9 +174,8 @@ def faster_whisper_runs(options: CpuBenchOptions, waveforms: dict[str, np.ndarra
 
 
 def batch_runs(bench: CpuBench, waveforms: dict[str, np.ndarray], log) -> dict[str, dict]:
-    """options.batch_size clips (the clips in turn) decoded together by the default variant: the target
-    alone, fixed k and cost-aware k, `repeats` rotated rounds after an untimed one. policy -> median
-    seconds of the whole batch, its token ids and its target passes (the batch's steps)."""
+    """options.batch_size clips (in turn) decoded together by the default variant, each policy in rotated
+    rounds: policy -> the batch's median seconds, token ids and target passes."""
     names = list(waveforms)
     batch = [waveforms[names[i % len(names)]] for i in range(bench.options.batch_size)]
     whisper, k = bench.variants[DEFAULT_VARIANT], bench.options.num_draft_tokens
@@ -324,22 +307,16 @@ def _seconds(key: str) -> harness.Column:
 
 
 COLUMNS = [
-    ("configuration", "config", ""),
-    *(_seconds(key) for key in TIMES),
-    ("tokens/s", "tokens_per_second", ".0f"),
-    ("α", "alpha", ".2f"),
-    ("tokens/pass", "tokens_per_pass", ".2f"),
-    ("k", "k", ".1f"),
-    ("c", "c", ".2f"),
-    ("bound", "bound", ".2f"),
-    ("x alone steady", "speedup_steady", ".2f"),
+    ("configuration", "config", ""), *(_seconds(key) for key in TIMES),
+    ("tokens/s", "tokens_per_second", ".0f"), ("α", "alpha", ".2f"),
+    ("tokens/pass", "tokens_per_pass", ".2f"), ("k", "k", ".1f"), ("c", "c", ".2f"),
+    ("bound", "bound", ".2f"), ("x alone steady", "speedup_steady", ".2f"),
     ("efficiency", "efficiency", ".2f"),
-    ("x alone decode", "x_alone_decode", ".2f"),
-    ("x alone e2e", f"x_{ALONE}_e2e", ".2f"),
+    ("x alone decode", "x_alone_decode", ".2f"), ("x alone e2e", f"x_{ALONE}_e2e", ".2f"),
     ("x generate() e2e", "x_generate()_e2e", ".2f"),
     ("x faster-whisper f32 e2e", "x_faster-whisper float32_e2e", ".2f"),
     ("same as generate()", lambda row: "yes" if row["identical"] else "NO", ""),
-]
+]  # fmt: skip
 
 
 def clip_table(rows: list[dict], names: list[str]) -> str:
@@ -367,15 +344,11 @@ def batch_table(batch: dict[str, dict], size: int) -> str:
     """The batch of `size` clips: seconds, speedup over the batched target alone, passes, acceptance."""
     alone = batch["target alone"]
     rows = [
-        {
-            "policy": policy,
-            **found,
-            "ratio": alone["seconds"] / found["seconds"],
-            "alpha": ratio(found["accepted"], found["drafted"]),
-            "same": "yes" if found["token_ids"] == alone["token_ids"] else "NO",
-        }
+        {"policy": policy, **found, "ratio": alone["seconds"] / found["seconds"],
+         "alpha": ratio(found["accepted"], found["drafted"]),
+         "same": "yes" if found["token_ids"] == alone["token_ids"] else "NO"}
         for policy, found in batch.items()
-    ]
+    ]  # fmt: skip
     return harness.table(rows, [
         (f"batch of {size}, {DEFAULT_VARIANT}", "policy", ""), ("seconds", "seconds", ".2f"),
         ("x target alone", "ratio", ".2f"), ("target passes", "passes", ""), ("α", "alpha", ".2f"),
@@ -401,10 +374,11 @@ def goals(rows: list[dict], batch: dict[str, dict], config: str, with_batch: boo
         return found
     policy = "cost-aware" if "cost-aware" in config else "fixed"
     value = batch["target alone"]["seconds"] / batch[policy]["seconds"]
-    return [
-        *found,
-        goal(f"batch vs the batched target alone ({DEFAULT_VARIANT}, {policy} k)", value, ">=", GOAL_BATCH),
-    ]
+    label = f"batch vs the batched target alone ({DEFAULT_VARIANT}, {policy} k)"
+    return [*found, goal(label, value, ">=", GOAL_BATCH)]
+
+
+PARTS = ("features + target encoder", "draft encoder", "first pass", "steady steps")
 
 
 def figure(rows: list[dict], steps: dict, title: str) -> plots.go.Figure:
@@ -415,9 +389,7 @@ def figure(rows: list[dict], steps: dict, title: str) -> plots.go.Figure:
         split = "decode" in s and row["engine"] == "specdec"
         encoders = s["end_to_end"] - s["decode"] - s.get("draft_encoder", 0) if split else 0.0
         values = (encoders, s.get("draft_encoder", 0), s.get("first_pass", 0), s.get("steady", 0))
-        for part, value in zip(
-            ("features + target encoder", "draft encoder", "first pass", "steady steps"), values, strict=True
-        ):
+        for part, value in zip(PARTS, values, strict=True):
             parts.setdefault(part, []).append(value if split else 0.0)
         parts.setdefault("end to end (not split)", []).append(0.0 if split else s["end_to_end"])
     speculative = [row for row in rows if row.get("bound")]
@@ -447,7 +419,7 @@ def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dic
     bench = CpuBench(options)
     waveforms = clips(options)
     names = list(waveforms)
-    log = lambda message: print(f"[{time.perf_counter() - record.started:5.0f} s] {message}", flush=True)  # noqa: E731
+    log = record.log
     steps = step_costs(bench, waveforms.get("en-jfk", waveforms[names[0]]), log)
     runs = measure(bench.configs, bench.decode, waveforms, options.repeats, log)
     fw_configs, fw_runs, fw_note = harness.in_child(
@@ -476,20 +448,19 @@ def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dic
     print(f"memory bandwidth (copy): {steps['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s\n")
     print(step_table(steps), "\n")
     print(batch_table(batch, options.batch_size), "\n")
-    harness.print_goals(found)
     mismatched = [row["config"] for row in rows if row["engine"] != "faster-whisper" and not row["identical"]]
     mismatched += [
         f"batch {policy}"
         for policy, b in batch.items()
         if b["token_ids"] != batch["target alone"]["token_ids"]
     ]
-    identical = harness.print_identity(mismatched, "every output of ours equals generate()'s")
+    record.verdict(mismatched, "every output of ours equals generate()'s", found)
     target, draft = bench.whisper.pair.target, bench.whisper.pair.draft
     record.update(
         models={"target": f"{target.name} ({target.source})", "draft": f"{draft.name} ({draft.source})",
                 "faster_whisper": f"{fw_note}; timed in a child process"},
         clips={name: len(waveform) / SAMPLE_RATE for name, waveform in waveforms.items()},
-        rows=rows, steps=steps, batch=batch, goals=found, identical=identical,
+        rows=rows, steps=steps, batch=batch,
         texts={name: runs[("generate()", name)][0].text for name in names},
     )  # fmt: skip
     record.write(
@@ -542,14 +513,10 @@ def step_costs(bench: CpuBench, waveform: np.ndarray, log) -> dict:
     target = bench.whisper.pair.target
     clip_features = features(target, waveform)
     k = bench.options.num_draft_tokens
+    hidden = encode(target.model, clip_features)[0]
     kinds = {
-        "target, 1 token": (target.model, encode(target.model, clip_features)[0], 1, CachedDecoder),
-        f"target, {k + 1} tokens": (
-            target.model,
-            encode(target.model, clip_features)[0],
-            k + 1,
-            CachedDecoder,
-        ),
+        "target, 1 token": (target.model, hidden, 1, CachedDecoder),
+        f"target, {k + 1} tokens": (target.model, hidden, k + 1, CachedDecoder),
     }
     for name, whisper in bench.variants.items():
         draft, settings = whisper.pair.draft.model, whisper.pair.draft_settings

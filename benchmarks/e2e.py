@@ -1,23 +1,9 @@
 """`python -m benchmarks e2e`: one request as a user sends it, end to end, per clip.
 
-Each call takes the file's path and returns its transcript: audio decoding, features, encoder(s) and the
-decode are all inside the timed call, the language detected by the target (nothing forced), every option
-at its default. Configurations: the target alone (`transcribe(path, speculative=False)`), speculative
-with each draft of `drafts` (any name `SpeculativeWhisper` takes: "tiny.en", "self" for the self-draft
-that ships for the target, a folder), and faster-whisper float32 and int8 on the same whisper-base
-CTranslate2 weights (beam 1, the same thread count, no temperature fallback, no VAD; timestamps only on
-long clips, as ours). Clips: assets/*.wav and *.flac, the long-form assets/long/en-six-parts.flac (over
-30 s `transcribe` decodes sequentially, as generate() does) and any --extra files.
-
-Models are loaded once and warmed up with one untimed call each on a clip that is timed nowhere (the
-first seconds of two clips spliced into a temporary WAV). Then `repeats` rounds, the configurations in a
-rotated order each round, each call after a short untimed pause (SETTLE_SECONDS); faster-whisper's two
-configurations the same way after ours, in a child process (CTranslate2 loaded beside torch slows our
-calls); per (clip, configuration) the median seconds and ratio = the target alone's median / this one's.
-OpenMP threads
-wait as the runtime does by default (not passively, as the other benchmarks make them), as in a user's
-`specdec transcribe` or app. Every speculative output is checked token for token against the target alone's
-(faster-whisper's text is compared and reported, not required).
+A file's path in, its transcript out, every option at its default: the target alone, each draft of
+`drafts`, and faster-whisper float32 and int8 (in a child process), in rotated rounds after a warm-up on a
+clip no round times; every speculative output checked token for token against the target alone's.
+docs/benchmarks.md gives the method, the ceilings and the bounds.
 """
 
 from __future__ import annotations
@@ -25,7 +11,6 @@ from __future__ import annotations
 import math
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -194,28 +179,19 @@ def rows_of(
             # faster-whisper's ids are its own tokenizer's: only its text is compared
             identical = None if config.compute_type else all(c.token_ids == alone[0].token_ids for c in mine)
             rows.append({
-                "clip": clip.name,
-                "path": str(clip.path),
-                "language": mine[0].language,
+                "clip": clip.name, "path": str(clip.path), "language": mine[0].language,
                 "clip_language": alone[0].language,  # the target's detection
-                "audio_seconds": round(clip.seconds, 2),
-                "long_form": clip.long,
-                "configuration": config.name,
-                "kind": "faster-whisper" if config.compute_type else "specdec",
-                "draft": config.draft,
-                "median_seconds": median,
-                "all_seconds": [c.seconds for c in mine],
+                "audio_seconds": round(clip.seconds, 2), "long_form": clip.long, "configuration": config.name,
+                "kind": "faster-whisper" if config.compute_type else "specdec", "draft": config.draft,
+                "median_seconds": median, "all_seconds": [c.seconds for c in mine],
                 "ratio": alone_median / median,
                 # the decode phase alone (encoders excluded), the draft's and the verify passes' shares
                 # (`drafting_costs`): medians over rounds
                 **{key: None if config.compute_type else statistics.median(c.stats[key] for c in mine)
                    for key in ("decode_seconds", "draft_seconds", "verify_seconds")},
-                "acceptance_rate": stats.get("acceptance_rate"),
-                "accepted": stats.get("num_accepted"),
-                "drafted": stats.get("num_drafted"),
-                "target_passes": stats.get("num_target_passes"),
-                "identical": identical,
-                "same_text": all(c.text == alone[0].text for c in mine),
+                "acceptance_rate": stats.get("acceptance_rate"), "accepted": stats.get("num_accepted"),
+                "drafted": stats.get("num_drafted"), "target_passes": stats.get("num_target_passes"),
+                "identical": identical, "same_text": all(c.text == alone[0].text for c in mine),
                 "text": mine[0].text,
             })  # fmt: skip
     return rows
@@ -264,11 +240,11 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             if costs[kind]
         }
         found[draft] = {
-            "short_english_median_ratio": statistics.median(english) if english else None,
+            "short_english_median_ratio": median_or_none(english),
             # the decode phase alone, summed over the short English clips (the warm decode-only figure)
             "short_english_decode_ratio": decode_alone / decode_mine if decode_mine else None,
             "non_english_min_ratio": min(other) if other else None,
-            "long_form_ratio": statistics.median(r["ratio"] for r in long.values()) if long else None,
+            "long_form_ratio": median_or_none([r["ratio"] for r in long.values()]),
             "long_form_vs_faster_whisper": against,
             "acceptance_by_language": acceptance,
             "drafting_costs": {kind: figures for kind, figures in costs.items() if figures},
@@ -276,8 +252,8 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
             # language drafted): the median over the short English clips and over the long-form ones
             # (`request_ceiling`); None where no clip of that length was drafted
             "ceiling_ratio": {
-                "short_english": statistics.median(ceilings["short"]) if ceilings.get("short") else None,
-                "long_form": statistics.median(ceilings["long_form"]) if ceilings.get("long_form") else None,
+                "short_english": median_or_none(ceilings.get("short")),
+                "long_form": median_or_none(ceilings.get("long_form")),
             },
         }
     return found
@@ -290,10 +266,11 @@ def free_decode_bound(rows: list[dict]) -> dict[str, float | None]:
     alone = [r for r in rows if r["configuration"] == TARGET_ALONE]
     short = [request_ceiling(r, math.inf) for r in alone if r["clip_language"] == "en" and not r["long_form"]]
     long = [request_ceiling(r, math.inf) for r in alone if r["long_form"]]
-    return {
-        "short_english": statistics.median(short) if short else None,
-        "long_form": statistics.median(long) if long else None,
-    }
+    return {"short_english": median_or_none(short), "long_form": median_or_none(long)}
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def request_ceiling(alone: dict, decode_ceiling: float) -> float:
@@ -322,12 +299,10 @@ def drafting_costs(mine: list[dict], alone: dict[str, dict]) -> dict | None:
     verify = (verify_pass - pass_alone) / (tokens / passes) / pass_alone
     k = DecodeOptions().max_draft_tokens
     return {
-        "target_pass_seconds": pass_alone,
-        "draft": draft,
-        "verify": verify,
+        "target_pass_seconds": pass_alone, "draft": draft, "verify": verify,
         "break_even_acceptance": draft + verify,
         "decode_ceiling": (k + 1) / (1 + k * (draft + verify)),
-    }
+    }  # fmt: skip
 
 
 def table(rows: list[dict], configs: list[Config]) -> str:
@@ -429,7 +404,7 @@ def describe(model) -> str:
 def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
     """Run the benchmark, print the table and the summary, write the JSON (and the HTML beside it)."""
     record = Record(command, options)
-    log = lambda message: print(f"[{time.perf_counter() - record.started:5.0f} s] {message}", flush=True)  # noqa: E731
+    log = record.log
     harness.quiet_transformers()
     chosen = clips(options)
     models, configs = load_models(options)
@@ -452,12 +427,11 @@ def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
     bound = free_decode_bound(rows)
     print(free_decode_line(bound))
     differ = [f"{row['clip']} {row['configuration']}" for row in rows if row["identical"] is False]
-    identical = harness.print_identity(differ, "every speculative output equals the target alone's")
+    record.verdict(differ, "every speculative output equals the target alone's")
     record.update(
         models={name: describe(model) for name, model in models.items()},  # ours; faster-whisper: note
         faster_whisper=note, rows=rows, summary=found,
         free_decode_bound=bound,  # read off the target alone's rows: one for every draft
-        identical=identical,
     )  # fmt: skip
     title = f"end to end, per clip, x the target alone ({options.target}): {command}"
     record.write(record_path(out, "e2e.json"), lambda: [figure(rows, configs, title)], title)

@@ -1,22 +1,9 @@
 """`python -m benchmarks gpu`: the GPU record, every way to decode the same rows at batch 1, 4 and 8.
 
-Rows per (dtype, batch size): transformers `generate()`; `generate()` with a static cache and its forward
-compiled (`torch.compile(mode="reduce-overhead", fullgraph=True)` under SDPA's math kernel: the recipe of
-transformers' cache guide and the Whisper model cards; on CUDA only, a CPU runs the static cache
-uncompiled); transformers' assisted generation with the shared-encoder draft (batch 1: it takes no batch);
-our loop with the target alone and speculative with each draft at planted agreement α
-(`benchmarks.controlled`, each row its own plan), and at batch 1 each draft deciding for itself (adaptive
-k, as the app decodes), each "eager" and, where the engine's replay is available (CUDA), "replayed"
-(`specdec.engine.replay`: the decoder steps replayed as captured CUDA graphs).
-
-No timing includes an encoder (`benchmarks.runners`). Every configuration runs once untimed at full length
-(on a CPU: 2 tokens; the compiled one twice, which compiles and captures), then `repeats` interleaved
-rounds; medians. The replayed configurations run in rounds of their own after the eager ones of their batch
-size, and the static-cache generate() after every batch size's (compiling takes minutes); a compile or a
-capture that fails is recorded (`errors`) and the run goes on, the static cache uncompiled, without
-replayed rows. Each row's tokens are compared with `generate()`'s at the same batch size and dtype. The
-record is written as each phase ends, so a run cut short keeps what it measured; rows of other dtypes from
-an earlier record of the same device stay. docs/benchmarks.md ("On a GPU") reads it.
+Per dtype and batch size: generate(), generate() with a static cache (compiled on CUDA), assisted
+generation (batch 1), our target alone and each draft at planted α, eager and replayed (CUDA graphs, where
+the engine has them). A compile or capture that fails is recorded and the run goes on; the record is
+written as each phase ends. Each row's tokens are compared with generate()'s; docs/benchmarks.md reads it.
 """
 
 from __future__ import annotations
@@ -228,10 +215,8 @@ class GpuBench:
         return {config: runs[(config, None)] for config in configs}
 
     def _rows(self, batch: int, outcomes: dict[GpuConfig, list[Run]]) -> list[dict]:
-        reference, generate_seconds = (
-            self.references[batch][-1],
-            median(r.seconds for r in self.references[batch]),
-        )
+        reference = self.references[batch][-1]
+        generate_seconds = median(r.seconds for r in self.references[batch])
         rows = []
         for config, runs in outcomes.items():
             decode, last, pair = (
@@ -242,21 +227,16 @@ class GpuBench:
             expected = reference.token_ids[: len(last.token_ids)]
             pairs = zip(last.token_ids, expected, strict=True)
             rows.append({
-                "config": config.name,
-                "batch": batch,
-                "dtype": self.dtype,
-                "decode_seconds": decode,
+                "config": config.name, "batch": batch, "dtype": self.dtype, "decode_seconds": decode,
                 "decode_speedup_vs_generate": generate_seconds / decode,
                 "identical": last.token_ids == expected,
-                "engine": config.engine,
-                "draft": config.draft,
+                "engine": config.engine, "draft": config.draft,
                 "draft_kind": pair.kind.value if pair else None,
                 "mode": "replayed" if config.replayed else "eager",
                 "planted_alpha": self.options.alpha if config.draft and not config.adaptive else None,
                 "compiled": config.engine == "static" and self.compiled,
                 "rows": len(last.token_ids),  # assisted generation: 1 whatever the batch
-                "tokens": sum(len(ids) for ids in last.token_ids),
-                "target_passes": last.target_passes,
+                "tokens": sum(len(ids) for ids in last.token_ids), "target_passes": last.target_passes,
                 "round_seconds": [run.seconds for run in runs],
                 "mismatched_rows": [i for i, (mine, theirs) in enumerate(pairs) if mine != theirs],
             })  # fmt: skip
@@ -350,11 +330,10 @@ def run_and_report(options: GpuBenchOptions, out: Path, command: str) -> dict:
         del bench
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    harness.print_goals(record["goals"])
     mismatched = [
         f"{r['config']} {r['dtype']} batch {r['batch']}" for r in record["rows"] if not r["identical"]
     ]
     same = f"every row of {len(record['rows'])} configurations equals generate()'s, token for token"
-    harness.print_identity(mismatched, same)
+    record.verdict(mismatched, same, record["goals"])
     record.write(path)
     return record

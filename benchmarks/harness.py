@@ -1,15 +1,6 @@
-"""What every benchmark does the same way, written once.
-
-- `Record`: the JSON report: its header (command, date, machine, options), the benchmark's figures, its
-  goals (`goal`) and whether every output equalled the reference's; written with its figures as HTML
-  beside it (`Record.write`).
-- `rounds`: configurations side by side: an untimed first call each, then rounds in which each runs on
-  each item once, the order rotated every round so that none is always first or always after the same one;
-  `median`, `timed` and `synchronize` for what the rounds time.
-- `table`: rows as a fixed-width or a markdown table, from a list of columns.
-- `in_child`: a function run in a spawned process (another runtime's threads never beside ours).
-- `served` and `one_after_another_then_at_once`: `python app.py` in its own process, driven by clients.
-"""
+"""What every benchmark does the same way: the record (`Record`), configurations side by side in rotated
+rounds (`rounds`, `timed`), tables (`table`), goals, a child process (`in_child`) and the app served
+(`served`)."""
 
 from __future__ import annotations
 
@@ -72,6 +63,20 @@ class Record(dict):
         )
         self.started = time.perf_counter()
 
+    def log(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.started:5.0f} s] {message}", flush=True)
+
+    def verdict(
+        self, mismatched: list[str], same: str, goals: list[dict] | None = None, digits: int = 2
+    ) -> bool:
+        """The goals printed and kept; then `same` when no output differed, else what did, kept as
+        `identical`; True when none differed."""
+        if goals is not None:
+            self["goals"] = goals
+            print_goals(goals, digits)
+        self["identical"] = print_identity(mismatched, same)
+        return self["identical"]
+
     def write(self, path: Path, figures: Callable[[], Sequence] | None = None, title: str = "",
               quiet: bool = False) -> Path:  # fmt: skip
         """The JSON at `path` (wall_seconds set), then figures()' figures in one HTML beside it; says so
@@ -101,15 +106,10 @@ def machine(options: object | None = None) -> dict:
     import torch
     import transformers
 
-    cpu = platform.processor() or "unknown"
     cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if "model name" in line
-        ]
-        cpu = names[0] if names else cpu
+    names = re.findall(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else []
     return {
-        "cpu": cpu,
+        "cpu": names[0].strip() if names else platform.processor() or "unknown",
         "cpu_cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -1,13 +1,8 @@
 """`python -m benchmarks long`: a long clip (10 minutes by default) transcribed in chunked mode, by the
-target alone and with speculative decoding, on the same chunks and device.
+target alone and with speculative decoding, on the same chunks, in rotated rounds.
 
-The clip is the given file, or assets/*.wav cycled with a second of silence between clips until it is
-`minutes` long. Both runs go through `longform.chunked.decode_chunks` (30 s chunks with 5 s strides,
-`batch_size` chunks decoded together) and its merge (`merge_chunks`); the merged transcripts and every
-chunk's tokens are compared. Each chunk is encoded once per model beforehand (`runners.EncoderMemo`),
-reported apart. With `alpha` set, every chunk's draft follows its own plan (`benchmarks.controlled`);
-the real draft still runs in full. The two ways run in rotated rounds (target, speculative, speculative,
-target, ...; medians), so that neither is favoured by the machine warming up or slowing down.
+Every chunk is encoded once beforehand; with `alpha` set every chunk's draft follows its own plan. The
+merged transcripts and every chunk's tokens are compared.
 """
 
 from __future__ import annotations
@@ -89,20 +84,16 @@ class LongBench:
         self.options, self.log = options, log
         self.models = Models(options.size, options.seed, options.cache_dir, log=log, assistants=False)
         self.pair = self.models.pairs[options.draft or self.models.shared_encoder_first()[0]]
+        audio = options.audio
         self.waveform = (
-            load_audio(options.audio, max_seconds=MAX_LONG_SECONDS)
-            if options.audio
-            else long_clip(options.minutes)
+            load_audio(audio, max_seconds=MAX_LONG_SECONDS) if audio else long_clip(options.minutes)
         )
         self.chunks = plan_chunks(len(self.waveform))
         self.encoder_seconds = self._encode_every_chunk()
-        self.decode_options = DecodeOptions(
-            language=LANGUAGE,
-            max_new_tokens=options.max_new_tokens,
-            num_draft_tokens=options.num_draft_tokens,
-            adaptive=False,  # fixed k, or cost-aware
-            cost_aware=options.cost_aware,
-        )
+        self.decode_options = DecodeOptions(  # fixed k, or cost-aware
+            language=LANGUAGE, max_new_tokens=options.max_new_tokens,
+            num_draft_tokens=options.num_draft_tokens, adaptive=False, cost_aware=options.cost_aware,
+        )  # fmt: skip
         self.plans = None
         reference = self.run(speculative=False)
         if options.alpha is not None:

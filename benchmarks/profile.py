@@ -1,12 +1,7 @@
 """`python -m benchmarks profile`: where a target pass's time goes, under `torch.profiler`.
 
-A few passes of each way to decode one clip (transformers `generate()`, our loop with the target alone, and
-speculative with each draft at planted agreement α, `benchmarks.controlled`), each run once untimed at full
-length first (first-use costs), then once under the profiler. Per target pass (a speculative pass
-includes its drafting): kernel launches, host syncs (the CPU waiting for the device), device-to-host reads
-and other copies, the CPU-side time (wall clock) against the device-side time (kernels running), and the
-top ops by self CPU time; a Chrome trace of each run (open it in https://ui.perfetto.dev). On a CPU there
-are no kernels, launches or syncs: the counts of host reads and copies and the op table still hold.
+A few passes of each way to decode one clip, once untimed, once timed, once profiled: per target pass the
+launches, syncs, host reads and copies, CPU against device time, the top ops, and a Chrome trace of each.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ from pathlib import Path
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.harness import ASSETS, Record
 from benchmarks.runners import Clip, Models, Run
@@ -125,22 +121,23 @@ def profile_run(
     return found, timed.token_ids if same else ()  # () never equals generate()'s output
 
 
+def _per(key: str, spec: str) -> tuple:
+    """A column's key and spec: the per-pass figure `key`."""
+    return lambda row: row["per_pass"][key], spec
+
+
 def table(rows: dict[str, dict]) -> str:
-    header = (
-        f"{'per target pass':<34}{'passes':>7}{'launch':>8}{'graphs':>7}{'syncs':>7}{'DtoH':>6}{'reads':>7}"
-        f"{'copies':>7}{'wall ms':>9}{'op cpu':>8}{'device':>8}{'busy':>6}{'ms*':>7}"
-    )
-    lines = [header, "-" * len(header)]
-    for name, row in rows.items():
-        per = row["per_pass"]
-        lines.append(
-            f"{name:<34}{row['target_passes']:>7}{per['kernel_launches']:>8.0f}{per['graph_launches']:>7.1f}"
-            f"{per['host_syncs']:>7.1f}{per['device_to_host_copies']:>6.1f}{per['host_reads']:>7.1f}"
-            f"{per['copies']:>7.0f}{per['wall_ms']:>9.2f}{per['op_cpu_ms']:>8.2f}{per['device_ms']:>8.2f}"
-            f"{row['device_busy']:>6.0%}{row['decode_ms_per_pass']:>7.2f}"
-        )
-    lines.append("ms*: decode milliseconds per pass of the same run unprofiled; busy: device time / wall")
-    return "\n".join(lines)
+    columns = [
+        ("per target pass", "name", "<34"), ("passes", "target_passes", ">7"),
+        ("launch", *_per("kernel_launches", ">8.0f")), ("graphs", *_per("graph_launches", ">7.1f")),
+        ("syncs", *_per("host_syncs", ">7.1f")), ("DtoH", *_per("device_to_host_copies", ">6.1f")),
+        ("reads", *_per("host_reads", ">7.1f")), ("copies", *_per("copies", ">7.0f")),
+        ("wall ms", *_per("wall_ms", ">9.2f")), ("op cpu", *_per("op_cpu_ms", ">8.2f")),
+        ("device", *_per("device_ms", ">8.2f")), ("busy", "device_busy", ">6.0%"),
+        ("ms*", "decode_ms_per_pass", ">7.2f"),
+    ]  # fmt: skip
+    found = harness.table([{"name": name, **row} for name, row in rows.items()], columns)
+    return found + "\nms*: decode milliseconds per pass of the same run unprofiled; busy: device time / wall"
 
 
 def top_table(name: str, row: dict) -> str:

@@ -1,13 +1,8 @@
 """`python -m benchmarks real`: the bundled real pair (whisper-base <- whisper-tiny.en) on real clips.
 
-For each clip of assets/ (and any --audio files): the transcript, its WER against the clip's reference text
-(`CLIP.txt` beside it, if any), acceptance, tokens per target pass, target passes saved, and the decode and
-end-to-end times (audio in memory -> token ids) of three decoders of the same target: our loop alone, our
-loop with speculative decoding (adaptive, from k = 5) and transformers' `generate()`, `repeats` rotated
-rounds on warm models, medians. The language is the clip name's prefix where it is a language code
-(`de-bahnhof.wav`: German), else detected. generate()'s decode is its end to end less our target run's
-features and encoder (the same work, which generate() does not time apart). Every output is checked
-against generate()'s.
+Per clip: the transcript, its WER against `CLIP.txt`, acceptance, target passes, and decode and end-to-end
+times of our target alone, ours speculative (adaptive) and generate(), in rotated rounds. Every output is
+checked against generate()'s.
 """
 
 from __future__ import annotations
@@ -132,14 +127,12 @@ def run_and_report(options: RealBenchOptions, out_dir: Path, command: str) -> di
         rows.append(measure_clip(whisper, path, options))
         print(f"{path.name}: {rows[-1]['text']}")
     print(harness.table(rows, COLUMNS, markdown=True))
-    harness.print_identity(
-        [row["clip"] for row in rows if not row["identical"]], "every output equals generate()'s"
-    )
+    record.verdict([row["clip"] for row in rows if not row["identical"]], "every output equals generate()'s")
     target, draft = whisper.pair.target, whisper.pair.draft
     record.update(
         models={"target": f"{target.name} ({target.source})", "draft": f"{draft.name} ({draft.source})",
                 "threads": torch.get_num_threads()},
-        rows=rows, identical=all(row["identical"] for row in rows),
+        rows=rows,
     )  # fmt: skip
     record.write(out_dir / "real.json")
     return record

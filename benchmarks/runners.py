@@ -1,12 +1,9 @@
 """A checkpoints preset's models decoding the same rows every way, each way timed on its decode alone.
 
-`Models` loads the preset's target and drafts (packed, as `SpeculativeWhisper` packs them) and
-transformers' assistant for a shared-encoder draft; `clips` gives each clip's features for every model.
-Every clip is encoded once per model (`EncoderMemo`, row by row) and every later encoder call is a lookup,
-subtracted from the decode time, so no timing includes an encoder. `decode` runs our engine (the target
-alone, or a draft whose proposals follow per-row plans, `benchmarks.controlled`); `generate` runs
-transformers' `generate()` (assisted too) on the memoised encoder output, counting its target passes and
-timing the first apart (it builds the cross-attention keys and values, the same work every way).
+`Models` loads the target and drafts (packed, as `SpeculativeWhisper` packs them); every clip is encoded
+once per model (`EncoderMemo`) and later encoder calls are lookups subtracted from the decode time.
+`decode` runs our engine, `generate` transformers' generate() (assisted too) on the memoised encoder
+output; then the bundled pair's rivals: generate() on a waveform and faster-whisper.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """`python -m benchmarks serve`: many clients at once against `python app.py`, over loopback.
 
-The server is started as a user starts it (`python app.py --port P`, the device's default pair: on a CPU
-whisper-base with its self-draft) in its own process. For each number of clients N (1, 2, 4, 8, 16), N
-requests to `/v1/audio/transcriptions` (verbose_json, clips cycled from `clips`) are sent one after another,
-then all at once from N threads; reported per N: the seconds of both, their ratio (one after another /
-at once), throughput (seconds of audio per second), each request's latency (p50, p95), the rows of the
-target passes the requests shared on average (the server's `batch_rows`), and the draft tokens per row
-and pass. Every answer at once must be its answer one after another (the exit code says otherwise).
-
-Beside it, in this process, one request alone through the scheduler (`specdec.scheduler.Scheduler`) against
-the same clip decoded directly (`SpeculativeWhisper.transcribe_waveforms`, as the server decoded one request
-before the scheduler), interleaved rounds, medians: what batching costs one request alone.
+For each number of clients N, N requests one after another then all at once: seconds, throughput,
+latency, the rows passes shared; every answer at once must be its answer one after another. Beside it, one
+request alone through the scheduler against the direct call.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """`python -m benchmarks stream`: live transcription timed as a user meets it, and checked update by update.
 
-Streams, each fed in `chunk_seconds` chunks as fast as possible with English forced (no detection pass):
-- `--size small` (the demo models): assets/*.wav concatenated in name order, 26 s (quick: the first clip).
-  Per draft: the previous hypothesis first and the draft model where it cannot ("+ reuse"), the draft model
-  alone ("only"); and the target alone. Every chunk is decoded (no pace), so that the passes per update
-  compare the proposal sources alone.
-- `--size real` (the bundled whisper-base): the English clips back to back (24 s), a minute of dense
-  English (assets/long/en-six-parts.flac) and a five-minute talk (assets/long/en-talk.ogg; not with
-  --quick), then each --audio file. Configurations: the CPU default (base with its self-draft, the
-  previous hypothesis first, decoding at its pace: `StreamOptions.max_load`), the same decoding every
-  chunk (no pace), tiny.en as the draft, and the target alone at the pace. One process with the runtime's
-  default OpenMP waiting, as `specdec stream` and the app run. Each stream's committed text is compared
-  with `transcribe` on the same audio (WER), and the latency is reported per minute of the stream (the
-  talk's last minutes should read as its first).
-
-Each configuration streams each stream `rounds` times on warm models, the order rotated each round;
-latencies are pooled over rounds. Every decoded update is checked against the target alone decoding that
-update's buffer with that update's prompt (as tests/test_streaming.py does), memoised by buffer.
+`--size small`: the demo models, per draft with hypothesis reuse and the draft alone, and the target alone,
+every chunk decoded. `--size real`: the bundled whisper-base, the CPU default at its pace and beside it,
+on real streams, each against `transcribe` (WER) and per minute. Every decoded update is checked against
+the target alone on its buffer with its prompt. docs/benchmarks.md gives the method.
 """
 
 from __future__ import annotations
@@ -26,19 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from benchmarks import harness
-from benchmarks.checkpoints import DEFAULT_CACHE, PRESETS, bench_models
+from benchmarks.checkpoints import DEFAULT_CACHE
 from benchmarks.harness import ASSETS, LANGUAGE, Record, goal
+from benchmarks.runners import Models
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.engine import kernels
 from specdec.options import TranscribeOptions
 from specdec.streaming.playback import stream_audio, summarise
 from specdec.streaming.session import StreamOptions, Update
 from specdec.wer import word_errors
-from specdec.whisper.models import load_model, make_pair
 
 GOAL_PASS_RATIO = 2.0  # draft only / with reuse, target passes per decoded update
 PACE = StreamOptions().max_load  # the default: decoding at most this share of real time
@@ -78,22 +63,14 @@ class StreamConfig:
 
     def stream_options(self, chunk_seconds: float) -> StreamOptions:
         return StreamOptions(
-            chunk_seconds=chunk_seconds,
-            language=LANGUAGE,
-            reuse_hypothesis=self.reuse,
-            use_draft=self.draft is not None,
-            max_load=self.max_load,
-        )
+            chunk_seconds=chunk_seconds, language=LANGUAGE, reuse_hypothesis=self.reuse,
+            use_draft=self.draft is not None, max_load=self.max_load,
+        )  # fmt: skip
 
 
 def stream_configs(drafts: list[str]) -> list[StreamConfig]:
     """The demo models, every chunk decoded: per draft with reuse and draft only; then the target alone."""
-    configs = []
-    for draft in drafts:
-        configs += [
-            StreamConfig(f"{draft} + reuse", draft, True),
-            StreamConfig(f"{draft} only", draft, False),
-        ]
+    configs = [StreamConfig(f"{d} {way}", d, way == "+ reuse") for d in drafts for way in ("+ reuse", "only")]
     return [*configs, StreamConfig("target alone", None, False)]
 
 
@@ -121,16 +98,8 @@ def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
             "a transcript (their end-of-text is silenced for the token benchmark), so every update would "
             "decode to the token limit"
         )
-    preset = PRESETS[options.size]
-    paths = bench_models(options.size, options.cache_dir, options.seed)
-    cpu = torch.device("cpu")
-    models = {
-        name: load_model(str(paths[name]), cpu, torch.float32) for name in [preset.target, *preset.drafts]
-    }
-    for model in models.values():
-        kernels.pack(model.model)  # as SpeculativeWhisper does for the models it loads
-    target = models[preset.target]
-    return {name: SpeculativeWhisper.from_pair(make_pair(target, models[name])) for name in preset.drafts}
+    models = Models(options.size, options.seed, options.cache_dir, log=lambda _: None, assistants=False)
+    return {name: SpeculativeWhisper.from_pair(pair) for name, pair in models.pairs.items()}
 
 
 def stream_clips(options: StreamBenchOptions) -> tuple[np.ndarray, list[str]]:
@@ -191,26 +160,16 @@ def measure(
     for config in configs:
         summary = summarise(updates[config.name], rounds * len(waveform) / SAMPLE_RATE)
         options = config.stream_options(chunk_seconds)
+        mine = updates[config.name]
         mismatched, sampled = (
-            target_alone_mismatches(any_whisper, waveform, updates[config.name], references, options)
-            if check
-            else ([], [])
+            target_alone_mismatches(any_whisper, waveform, mine, references, options) if check else ([], [])
         )
-        rows.append(
-            {
-                "config": config.name,
-                "draft": config.draft,
-                "reuse": config.reuse,
-                "max_load": config.max_load,
-                **summary.to_dict(),
-                "by_minute": by_minute(updates[config.name]),
-                "checked": check,
-                "identical": not mismatched,
-                "mismatched_updates": mismatched,
-                "sampled_updates": sampled,
-                "final_text": updates[config.name][-1].committed_text,
-            }
-        )
+        rows.append({
+            "config": config.name, "draft": config.draft, "reuse": config.reuse, "max_load": config.max_load,
+            **summary.to_dict(), "by_minute": by_minute(updates[config.name]), "checked": check,
+            "identical": not mismatched, "mismatched_updates": mismatched, "sampled_updates": sampled,
+            "final_text": updates[config.name][-1].committed_text,
+        })  # fmt: skip
     if check:
         log(f"checked against the target alone: {len(references)} distinct buffers")
     return rows
@@ -227,15 +186,12 @@ def by_minute(updates: list[Update]) -> list[dict]:
     for minute, found in sorted(minutes.items()):
         latencies = [update.latency_seconds for update in found if update.decoded]
         audio = sum(update.chunk_seconds for update in found)
-        rows.append(
-            {
-                "minute": minute + 1,
-                "decoded_updates": len(latencies),
-                "median_latency_seconds": float(np.median(latencies)) if latencies else 0.0,
-                "p95_latency_seconds": float(np.percentile(latencies, 95)) if latencies else 0.0,
-                "real_time_factor": sum(u.latency_seconds for u in found) / audio if audio else 0.0,
-            }
-        )
+        rows.append({
+            "minute": minute + 1, "decoded_updates": len(latencies),
+            "median_latency_seconds": float(np.median(latencies)) if latencies else 0.0,
+            "p95_latency_seconds": float(np.percentile(latencies, 95)) if latencies else 0.0,
+            "real_time_factor": sum(u.latency_seconds for u in found) / audio if audio else 0.0,
+        })  # fmt: skip
     return rows
 
 
@@ -385,16 +341,14 @@ def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> 
         print(table(rows))
         rows_by_stream, streams = {"stream": rows}, {"stream": {"clips": clips, "seconds": seconds}}
     print()
-    harness.print_goals(found, digits=2)
-    all_rows = [row for rows in rows_by_stream.values() for row in rows]
-    mismatched = [row["config"] for row in all_rows if not row["identical"]]
+    mismatched = [row["config"] for rows in rows_by_stream.values() for row in rows if not row["identical"]]
     same = "every decoded update of every configuration equals the target alone on its buffer"
-    harness.print_identity(mismatched, same if options.check else "updates not checked")
+    record.verdict(mismatched, same if options.check else "updates not checked", found)
     target = next(iter(whispers.values())).pair.target
     drafts = {name: whisper.pair.draft.name for name, whisper in whispers.items()}
     record.update(
         language=LANGUAGE, streams=streams, models={"target": target.name, **drafts},
-        rows=rows_by_stream, identical=not mismatched, goals=found,
+        rows=rows_by_stream,
     )  # fmt: skip
     record.write(out_dir / "stream.json")
     return record

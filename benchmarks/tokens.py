@@ -1,18 +1,9 @@
 """`python -m benchmarks tokens`: every way to decode the same clips, timed side by side in one run.
 
-Configurations: transformers `generate()` (target alone), our loop target-only, transformers assisted
-generation (same-vocabulary drafts), and specdec with fixed and adaptive k, each with the draft's own
-choices and at planted acceptance rates α (`benchmarks.controlled`), on the preset's models
-(`benchmarks.runners`: decode times never include an encoder). Configurations run interleaved, `repeats`
-rounds; each clip's time is the median over rounds. Every output is compared with `generate()`'s.
-
-Leviathan et al. (2023): with per-token acceptance α, k drafted tokens per target pass and cost ratio
-c = (one draft step) / (one target step), the expected speedup over the target alone is
-(1 - α^(k+1)) / ((1 - α)(k·c + 1)). α is measured as accepted / judged draft tokens, c as the draft's
-seconds per drafted token over our target-only loop's seconds per token step, and efficiency as the
-measured speedup over our target-only loop divided by the bound. The first target pass builds the
-cross-attention keys and values, the same work every way: speedups and efficiency are computed on the
-token steps after it ("steady"); the whole decode's are reported too.
+generate(), our loop target-only, transformers' assisted generation and ours at fixed and adaptive k, with
+the draft's own choices and at planted acceptance α (`benchmarks.controlled`), on the preset's models, in
+rotated rounds; speedups on the steps after the first target pass, against Leviathan et al.'s bound
+(`harness.leviathan_bound`). Every output is compared with generate()'s.
 """
 
 from __future__ import annotations
@@ -149,26 +140,18 @@ def summarise(configs: list[Config], clips: list[Clip], runs: dict) -> list[dict
         by_rounds = zip(*(runs[(config, clip)] for clip in clips), strict=True)
         encoders = ["target", *([config.draft] if config.engine == "specdec" else [])]
         row = {
-            "config": config.name,
-            "engine": config.engine,
-            "draft": config.draft,
+            "config": config.name, "engine": config.engine, "draft": config.draft,
             "planted_alpha": config.alpha,
-            "adaptive": config.adaptive,
-            "k": config.num_draft_tokens or None,
-            "decode_seconds": decode,
+            "adaptive": config.adaptive, "k": config.num_draft_tokens or None, "decode_seconds": decode,
             "decode_seconds_per_round": [sum(r.seconds for r in by_round) for by_round in by_rounds],
             "first_pass_seconds": decode - steady,
             "steady_seconds": steady,
             "encoder_seconds": sum(sum(c.encoder_seconds.get(name, 0.0) for name in encoders) for c in clips),
-            "tokens": tokens,
-            "tokens_per_second": tokens / decode if decode else 0.0,
-            "speedup_vs_generate": generate_steady / steady,
-            "speedup_vs_target_loop": loop_steady / steady,
+            "tokens": tokens, "tokens_per_second": tokens / decode if decode else 0.0,
+            "speedup_vs_generate": generate_steady / steady, "speedup_vs_target_loop": loop_steady / steady,
             "decode_speedup_vs_generate": total(generate) / decode,
             "decode_speedup_vs_target_loop": total(alone) / decode,
-            "target_passes": passes,
-            "identical": not mismatched,
-            "mismatched_clips": mismatched,
+            "target_passes": passes, "identical": not mismatched, "mismatched_clips": mismatched,
             "tokens_per_pass": tokens / passes if passes else None,
         }  # fmt: skip
         if config.engine == "specdec" and config.draft is not None:
@@ -184,9 +167,9 @@ def _speculative(config: Config, per_clip: list[list[Run]], seconds_per_token: f
     accepted = sum(r.num_accepted for r in results)
     rejected = sum(1 for r in results for s in r.steps if s.n_accepted < len(s.drafted))
     drafting_passes = sum(1 for r in results for s in r.steps if s.drafted)
-    draft_seconds = sum(statistics.median(run.results[0].draft_seconds for run in runs) for runs in per_clip)
-    verify_seconds = sum(
-        statistics.median(run.results[0].verify_seconds for run in runs) for runs in per_clip
+    draft_seconds, verify_seconds = (
+        sum(statistics.median(getattr(run.results[0], key) for run in runs) for runs in per_clip)
+        for key in ("draft_seconds", "verify_seconds")
     )
     alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
     cost_ratio = (draft_seconds / drafted) / seconds_per_token if drafted else 0.0
@@ -195,16 +178,12 @@ def _speculative(config: Config, per_clip: list[list[Run]], seconds_per_token: f
     else:
         bound = leviathan_bound(alpha, config.num_draft_tokens, cost_ratio)
     return {
-        "alpha": alpha,
-        "accepted_over_drafted": accepted / drafted if drafted else None,
-        "mean_k": drafted / drafting_passes if drafting_passes else 0.0,
-        "drafting_passes": drafting_passes,
-        "cost_ratio": cost_ratio,
-        "bound": bound,
-        "efficiency": speedup / bound,
+        "alpha": alpha, "accepted_over_drafted": accepted / drafted if drafted else None,
+        "mean_k": drafted / drafting_passes if drafting_passes else 0.0, "drafting_passes": drafting_passes,
+        "cost_ratio": cost_ratio, "bound": bound, "efficiency": speedup / bound,
         "draft_seconds": draft_seconds,
         "verify_seconds": verify_seconds,
-    }
+    }  # fmt: skip
 
 
 def goals(rows: list[dict], drafts: list[str], k: int) -> list[dict]:
@@ -306,14 +285,11 @@ def run_and_report(options: BenchOptions, out_dir: Path, command: str) -> dict:
         models={"target": models.target.name, **{n: p.draft.name for n, p in models.pairs.items()}},
         clips=[{"name": c.name, "encoder_seconds": c.encoder_seconds} for c in clips],
         rows=rows,
-        identical=all(row["identical"] for row in rows),
-        goals=goals(rows, list(models.pairs), options.num_draft_tokens),
     )
-    print(harness.table(rows, COLUMNS))
-    print()
-    harness.print_goals(record["goals"], digits=3)
+    print(harness.table(rows, COLUMNS), "\n")
     same = f"all {len(rows)} configurations produced generate()'s output token for token"
-    harness.print_identity([row["config"] for row in rows if not row["identical"]], same)
+    found = goals(rows, list(models.pairs), options.num_draft_tokens)
+    record.verdict([row["config"] for row in rows if not row["identical"]], same, found, digits=3)
     title = f"specdec benchmark, {options.size} models, {options.device} {options.dtype} ({record['date']})"
     record.write(
         out_dir / "bench.json", lambda: [speedup_figure(rows, title), breakdown_figure(rows, title)], title
