@@ -84,16 +84,23 @@ def test_upload_run_and_see_highlighted_tokens(app_url, demo_models, tmp_path):
     _keep(screenshot, "compare.png")
 
 
-def _what_the_server_was_doing(page) -> str:
-    """The page's messages and status, and where each of the app's threads is (the server runs in this
-    process), for a failure that would otherwise say only that nothing came."""
+def _what_the_server_was_doing(page, heard: list[str]) -> str:
+    """The page's messages and status, whether it is recording, what it sent and logged (`heard`), and
+    where each of the app's threads is (the server runs in this process), for a failure that would
+    otherwise say only that nothing came."""
     toasts = page.eval_on_selector_all(".toast-body, .toast-wrap", "nodes => nodes.map(n => n.innerText)")
     stack = {
         thread.name: "".join(traceback.format_stack(sys._current_frames()[thread.ident])[-4:])
         for thread in threading.enumerate()
         if thread.name.startswith("specdec") and thread.ident in sys._current_frames()
     }
-    return f"toasts {toasts}, status {page.inner_text('#live-stats')!r}, threads {stack}"
+    recording = page.locator("#live-audio button.stop-button").is_visible()
+    sent = [line for line in heard if "stream" in line or "queue" in line][-8:]
+    logged = [line for line in heard if line.startswith("console")][-8:]
+    return (
+        f"toasts {toasts}, status {page.inner_text('#live-stats')!r}, recording {recording}, "
+        f"{len(sent)} stream requests (the last: {sent}), console {logged}, threads {stack}"
+    )
 
 
 def _keep(screenshot: Path, name: str) -> None:
@@ -126,14 +133,18 @@ def test_live_tab_streams_a_fake_microphone_and_commits_text(app_url, tmp_path):
         )
         context = browser.new_context(viewport={"width": 1400, "height": 1100}, permissions=["microphone"])
         page = context.new_page()
+        heard: list[str] = []  # the page's requests and console lines, for a failure's message
+        page.on("request", lambda sent: heard.append(f"{sent.method} {sent.url}"))
+        page.on("console", lambda line: heard.append(f"console {line.type}: {line.text[:200]}"))
         page.goto(app_url)
         page.get_by_role("tab", name="Live").click()
         page.wait_for_function("window.specdecMicrophoneLine === true")  # the tab's page script ran
         page.locator("#live-audio button.record-button").click()
         try:
-            page.wait_for_selector("#live-text span.tok", timeout=60_000)  # an update arrived while recording
+            # an update arrived while recording (a loaded machine can take a minute to the first)
+            page.wait_for_selector("#live-text span.tok", timeout=120_000)
         except playwright.TimeoutError:
-            pytest.fail(f"no update shown while recording: {_what_the_server_was_doing(page)}")
+            pytest.fail(f"no update shown while recording: {_what_the_server_was_doing(page, heard)}")
         page.wait_for_timeout(1_000)
         page.screenshot(path=str(tmp_path / "live-recording.png"), full_page=True)
         page.locator("#live-audio button.stop-button").click()

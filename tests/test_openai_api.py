@@ -252,6 +252,7 @@ def test_a_streaming_client_that_leaves_has_its_decoding_stopped(server, tmp_pat
     while app.JOBS["served"].running():  # found gone, stopped at the next target pass
         assert time.monotonic() < deadline, "the decoding of a client that left went on"
         time.sleep(0.05)
+    time.sleep(0.5)  # the pass that saw the cancellation may check once more on its way out
     before = cancel.checks()
     time.sleep(1.0)
     assert cancel.checks() == before
@@ -385,6 +386,7 @@ def test_a_client_that_disconnects_has_its_decoding_stopped(server, tmp_path):
     while app.JOBS["served"].running():  # found gone at the next poll; stopped at the next target pass
         assert time.monotonic() < deadline, "the decoding of a client that left went on"
         time.sleep(0.05)
+    time.sleep(0.5)  # the pass that saw the cancellation may check once more on its way out
     before = cancel.checks()
     time.sleep(1.0)
     assert cancel.checks() == before
