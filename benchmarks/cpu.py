@@ -288,14 +288,13 @@ def _speculative(total: dict, alone_step: float, alone_per_token: float) -> dict
         "tokens_per_pass": total["tokens"] / total["passes"],
     }
     if not total.get("drafted"):
-        return found | {"alpha": None, "k": None, "c": None, "bound": None, "efficiency": None}
-    alpha = total["accepted"] / max(total["judged"], 1)
-    mean_k = total["drafted"] / max(total["drafting_steps"], 1)
+        return found | dict.fromkeys(("alpha", "k", "c", "bound", "efficiency"))
     c = total["steady_draft"] / max(total["steady_drafted"], 1) / alone_step
+    counts = (total[key] for key in ("accepted", "judged", "drafted", "drafting_steps"))
+    stats = harness.draft_statistics(*counts, c)
     speedup = alone_per_token / (total["steady"] / max(total["steady_tokens"], 1))
-    bound = harness.leviathan_bound(alpha, mean_k, c)
-    return found | {"alpha": alpha, "k": mean_k, "c": c, "bound": bound, "speedup_steady": speedup,
-                    "efficiency": speedup / bound}  # fmt: skip
+    return found | {"alpha": stats["alpha"], "k": stats["mean_k"], "c": c, "bound": stats["bound"],
+                    "speedup_steady": speedup, "efficiency": speedup / stats["bound"]}  # fmt: skip
 
 
 def _seconds(key: str) -> harness.Column:
@@ -319,41 +318,37 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def clip_table(rows: list[dict], names: list[str]) -> str:
-    """End to end ms per clip (median over rounds)."""
-    columns = [("configuration", "config", "")]
-    columns += [
+STEP_COLUMNS = [
+    ("step kind", "kind", ""), ("ms", lambda k: 1000 * k["seconds"], ".2f"),
+    ("MB read", lambda k: k["bytes"] / 1e6, ".0f"), ("floor ms", lambda k: 1000 * k["floor_seconds"], ".2f"),
+    ("x floor", lambda k: k["seconds"] / k["floor_seconds"], ".1f"),
+]  # fmt: skip
+
+
+def tables(rows: list[dict], names: list[str], steps: dict, batch: dict[str, dict], size: int) -> list[str]:
+    """The configurations; end to end ms per clip (median over rounds); the step kinds against their floors;
+    the batch of `size` clips against the batched target alone."""
+    per_clip = [
         (name, lambda row, name=name: 1000 * row["clips"][name]["end_to_end"], ".0f") for name in names
     ]
-    return harness.table(rows, columns, markdown=True)
-
-
-def step_table(steps: dict) -> str:
-    kinds = [
-        {"kind": name, **kind, "ratio": kind["seconds"] / kind["floor_seconds"]}
-        for name, kind in steps["kinds"].items()
-    ]
-    return harness.table(kinds, [
-        ("step kind", "kind", ""), ("ms", lambda k: 1000 * k["seconds"], ".2f"),
-        ("MB read", lambda k: k["bytes"] / 1e6, ".0f"),
-        ("floor ms", lambda k: 1000 * k["floor_seconds"], ".2f"), ("x floor", "ratio", ".1f"),
-    ], markdown=True)  # fmt: skip
-
-
-def batch_table(batch: dict[str, dict], size: int) -> str:
-    """The batch of `size` clips: seconds, speedup over the batched target alone, passes, acceptance."""
     alone = batch["target alone"]
-    rows = [
+    batched = [
         {"policy": policy, **found, "ratio": alone["seconds"] / found["seconds"],
-         "alpha": ratio(found["accepted"], found["drafted"]),
          "same": "yes" if found["token_ids"] == alone["token_ids"] else "NO"}
         for policy, found in batch.items()
     ]  # fmt: skip
-    return harness.table(rows, [
+    batch_columns = [
         (f"batch of {size}, {DEFAULT_VARIANT}", "policy", ""), ("seconds", "seconds", ".2f"),
-        ("x target alone", "ratio", ".2f"), ("target passes", "passes", ""), ("α", "alpha", ".2f"),
-        ("same", "same", ""),
-    ], markdown=True)  # fmt: skip
+        ("x target alone", "ratio", ".2f"), ("target passes", "passes", ""),
+        ("α", lambda b: ratio(b["accepted"], b["drafted"]), ".2f"), ("same", "same", ""),
+    ]  # fmt: skip
+    return [
+        harness.table(rows, COLUMNS, markdown=True),
+        harness.table(rows, [("configuration", "config", ""), *per_clip], markdown=True),
+        f"memory bandwidth (copy): {steps['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s",
+        harness.table([{"kind": n, **k} for n, k in steps["kinds"].items()], STEP_COLUMNS, markdown=True),
+        harness.table(batched, batch_columns, markdown=True),
+    ]
 
 
 def goals(rows: list[dict], batch: dict[str, dict], config: str, with_batch: bool = True) -> list[dict]:
@@ -443,17 +438,10 @@ def run_and_report(options: CpuBenchOptions, out_dir: Path, command: str) -> dic
         f"{name} ({len(waveforms[name]) / SAMPLE_RATE:.1f} s, {tokens[name]} tokens)" for name in names
     ]
     print(f"\nclips: {', '.join(described)}; {torch.get_num_threads()} threads; {options.repeats} rounds\n")
-    print(harness.table(rows, COLUMNS, markdown=True), "\n")
-    print(clip_table(rows, names), "\n")
-    print(f"memory bandwidth (copy): {steps['bandwidth_bytes_per_second'] / 1e9:.1f} GB/s\n")
-    print(step_table(steps), "\n")
-    print(batch_table(batch, options.batch_size), "\n")
+    print("\n\n".join(tables(rows, names, steps, batch, options.batch_size)), "\n")
+    alone_ids = batch["target alone"]["token_ids"]
     mismatched = [row["config"] for row in rows if row["engine"] != "faster-whisper" and not row["identical"]]
-    mismatched += [
-        f"batch {policy}"
-        for policy, b in batch.items()
-        if b["token_ids"] != batch["target alone"]["token_ids"]
-    ]
+    mismatched += [f"batch {policy}" for policy, each in batch.items() if each["token_ids"] != alone_ids]
     record.verdict(mismatched, "every output of ours equals generate()'s", found)
     target, draft = bench.whisper.pair.target, bench.whisper.pair.draft
     record.update(

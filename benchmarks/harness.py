@@ -149,6 +149,16 @@ def leviathan_bound(alpha: float, num_draft_tokens: int, cost_ratio: float) -> f
     return tokens_per_pass / (k * cost_ratio + 1)
 
 
+def draft_statistics(accepted: int, judged: int, drafted: int, drafting_steps: int, cost_ratio: float,
+                     k: float | None = None) -> dict:  # fmt: skip
+    """α (accepted over judged), mean k (drafted per drafting step), the draft's cost ratio c and Leviathan's
+    bound at k (None: at the mean k); 0 where nothing was judged or drafted."""
+    alpha = accepted / judged if judged else 0.0
+    mean_k = drafted / drafting_steps if drafting_steps else 0.0
+    bound = leviathan_bound(alpha, mean_k if k is None else k, cost_ratio)
+    return {"alpha": alpha, "mean_k": mean_k, "c": cost_ratio, "bound": bound}
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, None where either is missing or the denominator is 0."""
     return None if numerator is None or not denominator else numerator / denominator

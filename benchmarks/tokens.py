@@ -164,25 +164,24 @@ def summarise(configs: list[Config], clips: list[Clip], runs: dict) -> list[dict
 def _speculative(config: Config, per_clip: list[list[Run]], seconds_per_token: float, speedup: float) -> dict:
     results = [runs[-1].results[0] for runs in per_clip]
     drafted = sum(r.num_drafted for r in results)
-    accepted = sum(r.num_accepted for r in results)
-    rejected = sum(1 for r in results for s in r.steps if s.n_accepted < len(s.drafted))
-    drafting_passes = sum(1 for r in results for s in r.steps if s.drafted)
     draft_seconds, verify_seconds = (
         sum(statistics.median(getattr(run.results[0], key) for run in runs) for runs in per_clip)
         for key in ("draft_seconds", "verify_seconds")
     )
-    alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
+    steps = [s for r in results for s in r.steps]
     cost_ratio = (draft_seconds / drafted) / seconds_per_token if drafted else 0.0
+    accepted, judged = sum(r.num_accepted for r in results), sum(s.num_judged for s in steps)
+    drafting_passes = sum(1 for s in steps if s.drafted)
+    stats = harness.draft_statistics(
+        accepted, judged, drafted, drafting_passes, cost_ratio, config.num_draft_tokens
+    )
     if config.adaptive:  # the best any fixed k could do, k = 0 (no draft) included
-        bound = max([1.0] + [leviathan_bound(alpha, k, cost_ratio) for k in range(1, 13)])
-    else:
-        bound = leviathan_bound(alpha, config.num_draft_tokens, cost_ratio)
+        stats["bound"] = max([1.0] + [leviathan_bound(stats["alpha"], k, cost_ratio) for k in range(1, 13)])
     return {
-        "alpha": alpha, "accepted_over_drafted": accepted / drafted if drafted else None,
-        "mean_k": drafted / drafting_passes if drafting_passes else 0.0, "drafting_passes": drafting_passes,
-        "cost_ratio": cost_ratio, "bound": bound, "efficiency": speedup / bound,
-        "draft_seconds": draft_seconds,
-        "verify_seconds": verify_seconds,
+        "alpha": stats["alpha"], "accepted_over_drafted": accepted / drafted if drafted else None,
+        "mean_k": stats["mean_k"], "drafting_passes": drafting_passes, "cost_ratio": cost_ratio,
+        "bound": stats["bound"], "efficiency": speedup / stats["bound"],
+        "draft_seconds": draft_seconds, "verify_seconds": verify_seconds,
     }  # fmt: skip
 
 
