@@ -36,9 +36,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one worker per core, one
 # the longest test files first: pytest-xdist hands whole files to workers in collection order, so a
 # long file left for last would keep one worker busy while the other idles
 LONGEST_FIRST = [
-    "test_corpus", "test_lossless", "test_real_pair", "test_stream_real", "test_fallback", "test_no_speech",
-    "test_scheduler", "test_self_draft", "test_gpu_bench", "test_real_self_draft", "test_streaming",
-    "test_longform", "test_app_hardening", "test_cli", "test_replay", "test_app_soak",
+    "test_corpus", "test_doors", "test_lossless", "test_real_pair", "test_stream_real", "test_fallback",
+    "test_no_speech", "test_scheduler", "test_self_draft", "test_gpu_bench", "test_real_self_draft",
+    "test_streaming", "test_longform", "test_app_hardening", "test_cli", "test_replay", "test_app_soak",
 ]  # fmt: skip
 
 
