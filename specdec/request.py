@@ -143,9 +143,7 @@ def parse(name: str, text: str) -> object:
     whole number, a number or text (ValueError saying what the field takes)."""
     of = kind(name)
     if of is bool:
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"{name} must be true or false")
-        return text.lower() in ("true", "1")
+        return switch(name, text)
     if of in (int, float):
         try:
             value = of(text)
@@ -155,6 +153,13 @@ def parse(name: str, text: str) -> object:
             raise ValueError(f"{name} must be a finite number")
         return value
     return text
+
+
+def switch(name: str, text: str) -> bool:
+    """A switch's value from text: true or false (or 1 or 0; ValueError otherwise)."""
+    if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"{name} must be true or false")
+    return text.lower() in ("true", "1")
 
 
 def _temperature(given: object, fallback: bool) -> object:

@@ -29,8 +29,6 @@ from specdec.vad import rms_dbfs
 DECODING, DRAWING = 0.2, 0.95  # where decoding starts and ends on the progress bar
 MAX_REFERENCE_CHARS = 20_000  # a reference text longer than this is refused (about 3,000 words)
 MAX_REFERENCE_WORDS = 4_000  # more words than 10 minutes of speech hold
-# Whisper's no-speech rule as openai/whisper's transcribe() sets it (generate()'s no_speech_threshold and
-# logprob_threshold): a window is silence when both numbers are past these
 Report = Callable[..., None]  # Gradio's progress bar, called as report(fraction, desc=message)
 
 

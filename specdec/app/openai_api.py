@@ -131,9 +131,9 @@ def routes(store: ModelStore, jobs: Jobs, max_file_size: int, api_key: str | Non
                     return Response(status_code=499)  # nobody reads it
                 if design:
                     took = round(time.perf_counter() - start, 3)
-                    lossy = openai_schema.lossy(asked)
-                    body = {"text": [answer.speculative.text], "duration": took, **lossy}
-                    return JSONResponse(body, headers=openai_schema.lossy_headers(asked))
+                    said, headers = openai_schema.lossy_marks(asked)
+                    body = {"text": [answer.speculative.text], "duration": took, **said}
+                    return JSONResponse(body, headers=headers)
                 return openai_schema.response(asked, answer)
             except Exception as error:
                 return _api_error(error, store, folder).response()
@@ -303,6 +303,7 @@ async def _streamed(
     text (all the tokens it accepted), then `transcript.text.done` with the whole text. A request that fails
     before its first text gets the error answer as without streaming; one that fails later, an error event.
     A client that leaves, before its first text or after, stops its decoding at the next pass."""
+    said, marked = openai_schema.lossy_marks(asked)  # a lossy answer says so: its done event, a header
     loop = asyncio.get_running_loop()
     deltas: asyncio.Queue[str] = asyncio.Queue()
     told = lambda text: loop.call_soon_threadsafe(deltas.put_nowait, text)  # noqa: E731 - from the models' thread
@@ -342,7 +343,7 @@ async def _streamed(
                     yield _event({"type": "error", "error": {**kind, "code": error.code}})
                     return
                 done = {"type": "transcript.text.done", "text": work.result().speculative.text}
-                yield _event(done | openai_schema.lossy(asked))
+                yield _event(done | said)
                 return
         finally:
             waiting.cancel()
@@ -350,7 +351,7 @@ async def _streamed(
                 logger.info("a streaming API client disconnected: its transcription was stopped")
                 await _stopped(work)
 
-    headers = {"Cache-Control": "no-cache", **openai_schema.lossy_headers(asked)}
+    headers = {"Cache-Control": "no-cache", **marked}
     return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
 

@@ -25,7 +25,7 @@ from specdec.app import compare
 from specdec.app.store import ModelStore, UnavailablePair, UserError, chosen_language
 from specdec.audio import SAMPLE_RATE
 from specdec.options import MIN_TEMPERATURE, TranscribeOptions, check_temperature
-from specdec.request import PRESETS, command_line_fields, parse
+from specdec.request import PRESETS, command_line_fields, parse, switch
 from specdec.trace import Window
 from specdec.whisper.models import is_multilingual
 from specdec.whisper.tokens import text_ids
@@ -222,10 +222,11 @@ def _text(form: FormData, field: str) -> str:
 
 
 def _flag(form: FormData, field: str) -> bool:
-    value = _text(form, field).lower()
-    if value not in ("", "true", "false", "1", "0"):
-        raise ApiError(400, f"{field} must be true or false.", field)
-    return value in ("true", "1")
+    """A switch of the form (not given: false), read as an option's (`request.switch`)."""
+    try:
+        return switch(field, _text(form, field) or "false")
+    except ValueError as error:
+        raise ApiError(400, _sentence(error), field) from None
 
 
 def _temperature(form: FormData) -> float:
@@ -357,7 +358,8 @@ def _prompt_ids(whisper: SpeculativeWhisper, prompt: str) -> tuple[int, ...]:
 def response(asked: Asked, answer: Answer) -> Response:
     """The answer in the response format asked for (srt and vtt from `Transcription`'s own writers)."""
     transcription = answer.speculative
-    said, headers = lossy(asked), lossy_headers(asked) or None
+    said, headers = lossy_marks(asked)
+    headers = headers or None
     if asked.response_format == "json":
         return JSONResponse({"text": transcription.text, **said}, headers=headers)
     if asked.response_format == "text":  # OpenAI's: json's text whole, not a .txt file's one segment a line
@@ -369,14 +371,12 @@ def response(asked: Asked, answer: Answer) -> Response:
     return JSONResponse(_verbose(asked, answer) | said, headers=headers)
 
 
-def lossy(asked: Asked) -> dict:
-    """A lossy request's answer says so in every format, streamed or not: this field in JSON, ..."""
-    return {} if asked.request.options().lossless else {"lossy": LOSSY_NOTE}
-
-
-def lossy_headers(asked: Asked) -> dict:
-    """... and this header."""
-    return {"X-Specdec-Lossy": LOSSY_NOTE} if lossy(asked) else {}
+def lossy_marks(asked: Asked) -> tuple[dict, dict]:
+    """How a lossy request's answer says so in every format, streamed or not: (a field for its JSON, a
+    header); both empty for an exact one."""
+    if asked.request.options().lossless:
+        return {}, {}
+    return {"lossy": LOSSY_NOTE}, {"X-Specdec-Lossy": LOSSY_NOTE}
 
 
 def _word(word) -> dict:
