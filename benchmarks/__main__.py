@@ -38,20 +38,19 @@ import re  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-# name -> (module with the options dataclass, its name, module with run_and_report)
+# name -> the module with its `run_and_report`, and its options dataclass
 BENCHMARKS = {
-    "tokens": ("benchmarks.tokens", "BenchOptions", "benchmarks.tokens"),
-    "batch": ("benchmarks.batch", "BatchBenchOptions", "benchmarks.batch"),
-    "long": ("benchmarks.long", "LongBenchOptions", "benchmarks.long"),
-    "stream": ("benchmarks.stream", "StreamBenchOptions", "benchmarks.stream"),
-    "real": ("benchmarks.real", "RealBenchOptions", "benchmarks.real"),
-    "cpu": ("benchmarks.cpu", "CpuBenchOptions", "benchmarks.cpu"),
-    "corpus": ("benchmarks.corpus", "CorpusBenchOptions", "benchmarks.corpus"),
-    "e2e": ("benchmarks.e2e", "E2eBenchOptions", "benchmarks.e2e"),
-    "serve": ("benchmarks.serve", "ServeBenchOptions", "benchmarks.serve"),
-    "gpu": ("benchmarks.gpu", "GpuBenchOptions", "benchmarks.gpu"),
-    "app": ("benchmarks.app_check", "AppCheckOptions", "benchmarks.app_check"),
-    "profile": ("benchmarks.profile", "ProfileOptions", "benchmarks.profile"),
+    "tokens": ("benchmarks.ways", "BenchOptions"),
+    "batch": ("benchmarks.ways", "BatchBenchOptions"),
+    "long": ("benchmarks.ways", "LongBenchOptions"),
+    "stream": ("benchmarks.stream", "StreamBenchOptions"),
+    "cpu": ("benchmarks.cpu", "CpuBenchOptions"),
+    "corpus": ("benchmarks.corpus", "CorpusBenchOptions"),
+    "e2e": ("benchmarks.e2e", "E2eBenchOptions"),
+    "serve": ("benchmarks.serve", "ServeBenchOptions"),
+    "gpu": ("benchmarks.ways", "GpuBenchOptions"),
+    "app": ("benchmarks.serve", "AppCheckOptions"),
+    "profile": ("benchmarks.profile", "ProfileOptions"),
 }
 TYPES = {"int": int, "float": float, "str": str, "Path": Path}
 
@@ -60,16 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="benchmark", required=True, metavar="NAME")
-    for name, (module, options_class, _) in BENCHMARKS.items():
+    for name, (module, options_class) in BENCHMARKS.items():
         options_type = getattr(importlib.import_module(module), options_class)
-        _add_options(commands.add_parser(name, help=_first_line(module)), options_type)
+        _add_options(commands.add_parser(name, help=_help(options_type)), options_type)
     args = parser.parse_args(argv)
-    module, options_class, runner = BENCHMARKS[args.benchmark]
+    module, options_class = BENCHMARKS[args.benchmark]
     options_type = getattr(importlib.import_module(module), options_class)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(options_type)}
     options = options_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
     command = "python -m benchmarks " + " ".join(argv)
-    report = importlib.import_module(runner).run_and_report(options, Path(args.out), command)
+    report = importlib.import_module(module).run_and_report(options, Path(args.out), command)
     return 0 if report["identical"] else 1
 
 
@@ -96,14 +95,19 @@ def _add_options(command: argparse.ArgumentParser, options_type: type) -> None:
 
 
 def _field_comments(options_type: type) -> dict[str, str]:
-    """Each field's `# comment` in the dataclass's source: its help."""
-    source = inspect.getsource(options_type)
-    return dict(re.findall(r"^\s+(\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, flags=re.M))
+    """Each field's `# comment` in the dataclass's source (or a base's): its help."""
+    found = {}
+    for cls in reversed(options_type.__mro__[:-1]):
+        found.update(re.findall(r"^\s+(\w+): [^=\n]+=[^#\n]*#\s*(.+)$", inspect.getsource(cls), flags=re.M))
+    return found
 
 
-def _first_line(module: str) -> str:
-    doc = importlib.import_module(module).__doc__ or ""
-    return doc.strip().splitlines()[0].split(": ", 1)[-1] if doc else module
+def _help(options_type: type) -> str:
+    """The first line of the options' docstring (a preset's), else of its module's."""
+    doc = options_type.__doc__ or ""
+    if doc.startswith(f"{options_type.__name__}("):  # the dataclass's own, not written
+        doc = sys.modules[options_type.__module__].__doc__ or ""
+    return doc.strip().splitlines()[0].split(": ", 1)[-1]
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from benchmarks import harness
 from benchmarks.checkpoints import DEFAULT_CACHE
-from benchmarks.harness import ASSETS, Record
+from benchmarks.harness import ASSETS, Record, ratio, table
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.corpus.inputs import list_inputs
@@ -27,8 +26,6 @@ from specdec.corpus.run import CorpusOptions, transcribe_corpus
 from specdec.corpus.store import TRANSCRIPTS, read_rows
 from specdec.options import DecodeOptions
 from specdec.whisper.demo import build_demo_models
-
-REAL_PAIR = ("base", "tiny.en")  # (target, draft): the bundled real checkpoints
 
 
 @dataclass(frozen=True)
@@ -48,131 +45,21 @@ def build_corpus(folder: Path, files: int, seed: int) -> list[Path]:
     clips = [load_audio(path) for path in sorted([*ASSETS.glob("*.wav"), ASSETS / "en-jfk.flac"])]
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(files):
+    paths = [folder / f"file-{i:04d}.wav" for i in range(files)]
+    for i, path in enumerate(paths):
         before, after = (np.zeros(int(rng.uniform(0, s) * SAMPLE_RATE), np.float32) for s in (3.0, 2.0))
-        path = folder / f"file-{i:04d}.wav"
         sf.write(path, np.concatenate([before, clips[i % len(clips)], after]), SAMPLE_RATE)
-        paths.append(path)
     return paths
 
 
 def pair_models(name: str, cache_dir: Path) -> tuple[str, str]:
     """(target, draft) as SpeculativeWhisper and the corpus command take them."""
-    if name == "real":
-        return REAL_PAIR
-    if name != "demo":
+    if name not in ("demo", "real"):
         raise ValueError(f"unknown pair {name!r}: demo or real")
+    if name == "real":
+        return "base", "tiny.en"  # the bundled real checkpoints
     models = build_demo_models(cache_dir / "corpus-demo")
     return str(models["target"]), str(models["draft-separate"])
-
-
-def run_loop(
-    models: tuple[str, str], paths: list[Path], decode: DecodeOptions, options: CorpusBenchOptions
-) -> dict:
-    """The plain loop: load the pair, transcribe every file in batches; seconds and tokens per file."""
-    target, draft = models
-    started = time.perf_counter()
-    whisper = SpeculativeWhisper(draft_model=draft, final_model=target, device=options.device)
-    loaded = time.perf_counter()
-    files = [str(path) for path in paths]
-    results = whisper.transcribe(
-        files, decode, return_stats=True, errors="return", batch_size=options.batch_size
-    )
-    finished = time.perf_counter()
-    del whisper
-    gc.collect()
-    return {
-        "wall_seconds": finished - started,
-        "decode_seconds": finished - loaded,
-        "tokens": {os.path.abspath(r.audio): list(r.token_ids) for r in results},
-    }
-
-
-def run_corpus(
-    models: tuple[str, str],
-    folder: Path,
-    out: Path,
-    decode: DecodeOptions,
-    options: CorpusBenchOptions,
-    workers: int,
-) -> dict:
-    """The corpus command's run on a fresh output folder (Ray started and stopped inside)."""
-    target, draft = models
-    run = CorpusOptions(target, draft, options.device, decode, batch_size=options.batch_size, workers=workers)
-    started = time.perf_counter()
-    summary = transcribe_corpus(list_inputs(str(folder)), out, run, progress=False)
-    wall = time.perf_counter() - started
-    rows = read_rows(out / TRANSCRIPTS)
-    return {
-        "wall_seconds": wall,
-        "summary": summary.to_dict(),
-        "tokens": {row["audio"]: row["token_ids"] for row in rows},
-        "failures": summary.failures,
-    }
-
-
-def measured(run, *args) -> dict:
-    """A configuration's figures, with the load average (1 min) before and after it: the other jobs on the
-    cores."""
-    load_before = os.getloadavg()[0]
-    figures = run(*args)
-    return {**figures, "load_average": (load_before, os.getloadavg()[0])}
-
-
-def run_and_report(options: CorpusBenchOptions, out_dir: Path, command: str) -> dict:
-    """Build the corpus, run every pair and configuration, print the table, write corpus.json."""
-    record = Record(command, options)
-    with tempfile.TemporaryDirectory(prefix="specdec-corpus-bench-") as scratch:
-        folder = Path(scratch) / "audio"
-        paths = build_corpus(folder, options.files, options.seed)
-        audio_seconds = sum(sf.info(path).duration for path in paths)
-        print(f"{len(paths)} files, {audio_seconds / 3600:.3f} h of audio", flush=True)
-        pairs = {}
-        for pair in options.pairs:
-            target, draft = pair_models(pair, options.cache_dir)
-            decode = DecodeOptions(max_new_tokens=options.demo_max_new_tokens if pair == "demo" else None)
-            loop = measured(run_loop, (target, draft), paths, decode, options)
-            print(f"{pair} loop: {loop['wall_seconds']:.0f} s", flush=True)
-            runs = {}
-            for workers in options.workers:
-                out = Path(scratch) / f"out-{pair}-{workers}"
-                runs[workers] = measured(run_corpus, (target, draft), folder, out, decode, options, workers)
-                print(f"{pair} corpus, {workers} actor(s): {runs[workers]['wall_seconds']:.0f} s", flush=True)
-            pairs[pair] = {"target": target, "draft": draft, "loop": loop, "corpus": runs}
-    record |= summarise(pairs, audio_seconds, options)
-    print(table(record))
-    record.write(out_dir / "corpus.json")
-    return record
-
-
-def summarise(pairs: dict, audio_seconds: float, options: CorpusBenchOptions) -> dict:
-    """Throughput per configuration (hours of audio per hour), and whether every row matched the loop."""
-    hours = audio_seconds / 3600
-
-    def throughput(seconds: float) -> float:
-        return hours / (seconds / 3600)
-
-    results, identical = {}, True
-    for pair, found in pairs.items():
-        loop = found["loop"]
-        rows = [{
-            "config": f"transcribe(batch_size={options.batch_size}) loop",
-            "wall_seconds": loop["wall_seconds"], "audio_hours_per_hour": throughput(loop["wall_seconds"]),
-            "without_loading": throughput(loop["decode_seconds"]), "identical": True,
-            "load_average": loop["load_average"],
-        }]  # fmt: skip
-        for workers, run in found["corpus"].items():
-            same = run["tokens"] == loop["tokens"] and not run["failures"]
-            identical &= same
-            rows.append({
-                "config": f"corpus, {workers} actor{'s' if workers > 1 else ''}",
-                "wall_seconds": run["wall_seconds"], "audio_hours_per_hour": throughput(run["wall_seconds"]),
-                "without_loading": None, "identical": same,
-                "acceptance_rate": run["summary"]["acceptance_rate"], "load_average": run["load_average"],
-            })  # fmt: skip
-        results[pair] = {"target": found["target"], "draft": found["draft"], "rows": rows}
-    return {"files": options.files, "audio_hours": hours, "pairs": results, "identical": identical}
 
 
 COLUMNS = [
@@ -186,8 +73,53 @@ COLUMNS = [
 ]
 
 
-def table(report: dict) -> str:
-    """One line per pair and configuration."""
-    rows = [{"pair": pair, **row} for pair, found in report["pairs"].items() for row in found["rows"]]
-    head = f"{report['files']} files, {report['audio_hours']:.3f} h of audio; h/h: hours of audio per hour"
-    return f"{head}\n{harness.table(rows, COLUMNS)}"
+def transcribed(models: tuple[str, str], paths: list[Path], decode: DecodeOptions,
+                options: CorpusBenchOptions, workers: int) -> tuple[dict, dict]:  # fmt: skip
+    """The plain loop (workers 0) or the corpus command with that many actors: tokens per file, its row."""
+    started, size, load_before = time.perf_counter(), options.batch_size, os.getloadavg()[0]
+    if workers:
+        out = Path(tempfile.mkdtemp(dir=paths[0].parent.parent))  # a fresh folder beside the audio's
+        corpus = CorpusOptions(*models, options.device, decode, batch_size=size, workers=workers)
+        summary = transcribe_corpus(list_inputs(str(paths[0].parent)), out, corpus, progress=False)
+        config, finished = f"corpus, {workers} actor{'s' * (workers > 1)}", time.perf_counter()
+        fields = {"acceptance_rate": summary.acceptance_rate, "failures": summary.failures}
+        tokens = {row["audio"]: row["token_ids"] for row in read_rows(out / TRANSCRIPTS)}
+    else:
+        whisper = SpeculativeWhisper(draft_model=models[1], final_model=models[0], device=options.device)
+        loaded, files = time.perf_counter(), [str(path) for path in paths]
+        found = whisper.transcribe(files, decode, return_stats=True, errors="return", batch_size=size)
+        config, finished = f"transcribe(batch_size={size}) loop", time.perf_counter()
+        fields = {"decode_seconds": finished - loaded, "failures": 0}
+        del whisper  # its memory back before the actors load their own
+        gc.collect()
+        tokens = {os.path.abspath(result.audio): list(result.token_ids) for result in found}
+    fields["load_average"] = (load_before, os.getloadavg()[0])  # the other jobs on the cores
+    return tokens, {"config": config, "wall_seconds": finished - started, **fields}
+
+
+def run_and_report(options: CorpusBenchOptions, out_dir: Path, command: str) -> dict:
+    """Build the corpus, run every pair and configuration, print the table, write corpus.json."""
+    record, pairs, loop_tokens = Record(command, options), {}, {}
+    with tempfile.TemporaryDirectory(prefix="specdec-corpus-bench-") as scratch:
+        paths = build_corpus(Path(scratch) / "audio", options.files, options.seed)
+        audio_seconds = sum(sf.info(path).duration for path in paths)
+        print(f"{len(paths)} files, {audio_seconds / 3600:.3f} h of audio", flush=True)
+        for pair in options.pairs:
+            models = pair_models(pair, options.cache_dir)
+            decode = DecodeOptions(max_new_tokens=options.demo_max_new_tokens if pair == "demo" else None)
+            pairs[pair] = {"target": models[0], "draft": models[1], "rows": []}
+            for workers in (0, *options.workers):  # the loop first: every corpus run must give its tokens
+                tokens, row = transcribed(models, paths, decode, options, workers)
+                loop_tokens = loop_tokens if workers else tokens
+                row |= {"audio_hours_per_hour": audio_seconds / row["wall_seconds"],
+                        "without_loading": ratio(audio_seconds, row.pop("decode_seconds", None)),
+                        "identical": tokens == loop_tokens and not row.pop("failures")}  # fmt: skip
+                pairs[pair]["rows"].append(row)
+                print(f"{pair} {row['config']}: {row['wall_seconds']:.0f} s", flush=True)
+    record.update(files=options.files, audio_hours=audio_seconds / 3600, pairs=pairs)
+    rows = [{"pair": pair, **row} for pair, found in pairs.items() for row in found["rows"]]
+    hours = f"{options.files} files, {record['audio_hours']:.3f} h of audio; h/h: hours of audio per hour"
+    print(f"{hours}\n{table(rows, COLUMNS)}")
+    record.verdict([f"{r['pair']} {r['config']}" for r in rows if not r["identical"]], "identical tokens")
+    record.write(out_dir / "corpus.json")
+    return record

@@ -116,12 +116,13 @@ class Models:
         """The drafts, the shared-encoder (distil-size) one first."""
         return sorted(self.pairs, key=lambda n: self.pairs[n].kind is not DraftKind.SHARED_ENCODER)
 
-    def clips(self, paths: list[Path]) -> list[Clip]:
-        """Each file with features for every model, encoded once per model."""
+    def clips(self, waveforms: dict[str, np.ndarray] | list[Path]) -> list[Clip]:
+        """Each clip (by name, or a file) with features for every model, encoded once per model."""
         found = []
-        for path in paths:
-            waveform = load_audio(path)
-            clip = Clip(path.stem, {"target": features(self.target, waveform)})
+        if not isinstance(waveforms, dict):
+            waveforms = {path.stem: load_audio(path) for path in waveforms}
+        for name, waveform in waveforms.items():
+            clip = Clip(name, {"target": features(self.target, waveform)})
             for name, pair in self.pairs.items():
                 if pair.kind is not DraftKind.SHARED_ENCODER:
                     clip.features[name] = features(pair.draft, waveform)

@@ -9,7 +9,7 @@ the target alone on its buffer with its prompt. docs/benchmarks.md gives the met
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,26 +20,34 @@ from benchmarks.harness import ASSETS, LANGUAGE, Record, goal
 from benchmarks.runners import Models
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
-from specdec.options import TranscribeOptions
 from specdec.streaming.playback import stream_audio, summarise
 from specdec.streaming.session import StreamOptions, Update
 from specdec.wer import word_errors
 
 GOAL_PASS_RATIO = 2.0  # draft only / with reuse, target passes per decoded update
-PACE = StreamOptions().max_load  # the default: decoding at most this share of real time
-REAL_STREAMS = {  # --size real: name -> clips played back to back (None: the English short clips)
+GOAL_SCRIPT_GAP = 0.02  # real: WER against the words spoken, past transcribe's on the same audio
+REAL_GOALS = [  # real, the CPU default on each stream: its row's key, the goal, how it compares, threshold
+    ("real_time_factor", "real-time factor", "<", 0.5),
+    ("median_latency_seconds", "median update latency (s)", "<", 1.0),
+    ("p95_latency_seconds", "p95 update latency (s)", "<", 2.0),  # in the last minute too
+    ("wer", "WER of the committed text against transcribe", "<", 0.05),  # on the same audio
+    ("median_commit_lag_seconds", "median commit lag (s)", "<=", 3.0),  # from a word's end to its commit
+    ("p95_commit_lag_seconds", "p95 commit lag (s)", "<=", 6.0),
+]
+REAL_STREAMS = {  # real: name -> clips played back to back (None: the English short clips)
     "English clips": None,
     "a minute": ("long/en-six-parts.flac",),
-    "a 5-minute talk": ("long/en-talk.ogg",),
+    "a 5-minute talk": ("long/en-talk.ogg",),  # left out with --quick
 }
+PACE = StreamOptions().max_load  # the default: decoding at most this share of real time
 DEFAULT = "self + reuse"  # the CPU default as `specdec stream` runs it
-GOAL_REAL_TIME_FACTOR = 0.5
-GOAL_MEDIAN_LATENCY = 1.0
-GOAL_P95_LATENCY = 2.0
-GOAL_WER = 0.05  # the committed text against `transcribe` on the same audio
-GOAL_SCRIPT_GAP = 0.02  # its WER against the words spoken, past transcribe's on the same audio
-GOAL_MEDIAN_COMMIT_LAG = 3.0  # seconds from a word's end to its text being committed
-GOAL_P95_COMMIT_LAG = 6.0
+Config = tuple[str | None, bool, float | None]  # the draft (None: the target alone), reuse, pace
+REAL_CONFIGS: dict[str, Config] = {  # the CPU default at its pace and every chunk, tiny.en, the target alone
+    DEFAULT: ("self", True, PACE),
+    "self + reuse, every chunk": ("self", True, None),
+    "tiny.en + reuse": ("tiny.en", True, PACE),
+    "target alone": (None, False, PACE),
+}
 
 
 @dataclass(frozen=True)
@@ -54,121 +62,67 @@ class StreamBenchOptions:
     cache_dir: Path = DEFAULT_CACHE
 
 
-@dataclass(frozen=True)
-class StreamConfig:
-    name: str
-    draft: str | None  # draft name (a key of the loaded whispers); None: the target alone
-    reuse: bool  # the previous hypothesis drafts first
-    max_load: float | None = None  # the pace (None: every chunk decoded)
-
-    def stream_options(self, chunk_seconds: float) -> StreamOptions:
-        return StreamOptions(
-            chunk_seconds=chunk_seconds, language=LANGUAGE, reuse_hypothesis=self.reuse,
-            use_draft=self.draft is not None, max_load=self.max_load,
-        )  # fmt: skip
-
-
-def stream_configs(drafts: list[str]) -> list[StreamConfig]:
+def stream_configs(drafts: list[str]) -> dict[str, Config]:
     """The demo models, every chunk decoded: per draft with reuse and draft only; then the target alone."""
-    configs = [StreamConfig(f"{d} {way}", d, way == "+ reuse") for d in drafts for way in ("+ reuse", "only")]
-    return [*configs, StreamConfig("target alone", None, False)]
-
-
-def real_configs() -> list[StreamConfig]:
-    """The CPU default at its pace and every chunk, tiny.en drafting, the target alone at the pace."""
-    return [
-        StreamConfig(DEFAULT, "self", True, PACE),
-        StreamConfig("self + reuse, every chunk", "self", True, None),
-        StreamConfig("tiny.en + reuse", "tiny.en", True, PACE),
-        StreamConfig("target alone", None, False, PACE),
-    ]
+    found = {f"{d} {way}": (d, way == "+ reuse", None) for d in drafts for way in ("+ reuse", "only")}
+    return found | {"target alone": (None, False, None)}
 
 
 def load_whispers(options: StreamBenchOptions) -> dict[str, SpeculativeWhisper]:
     """One SpeculativeWhisper per draft of the preset, all on one target (CPU, float32)."""
     harness.quiet_transformers()
     if options.size == "real":  # each as a user loads it: the CPU default, and tiny.en named
-        return {
-            "self": SpeculativeWhisper(device="cpu"),
-            "tiny.en": SpeculativeWhisper(draft_model="tiny.en", final_model="base", device="cpu"),
-        }
+        tiny = SpeculativeWhisper(draft_model="tiny.en", final_model="base", device="cpu")
+        return {"self": SpeculativeWhisper(device="cpu"), "tiny.en": tiny}
     if options.size != "small":
         raise ValueError(
-            "the stream benchmark runs with --size small or real: the large-v3-size random models never end "
-            "a transcript (their end-of-text is silenced for the token benchmark), so every update would "
-            "decode to the token limit"
+            "the stream benchmark runs with --size small or real: the large-v3-size random models "
+            "never end a transcript, so every update would decode to the token limit"
         )
     models = Models(options.size, options.seed, options.cache_dir, log=lambda _: None, assistants=False)
     return {name: SpeculativeWhisper.from_pair(pair) for name, pair in models.pairs.items()}
 
 
-def stream_clips(options: StreamBenchOptions) -> tuple[np.ndarray, list[str]]:
-    """The small stream's waveform (16 kHz) and the names of its clips, in order."""
-    paths = [*sorted(ASSETS.glob("*.wav"))[: 1 if options.quick else None], *map(Path, options.audio)]
-    return np.concatenate([load_audio(path, max_seconds=None) for path in paths]), [p.stem for p in paths]
-
-
-@dataclass(frozen=True)
-class RealStream:
-    waveform: np.ndarray  # 16 kHz
-    script: str | None  # what was read (the clips' .txt files), where every clip has one
-
-
-def real_streams(options: StreamBenchOptions) -> dict[str, RealStream]:
-    """--size real: stream name -> its audio and script."""
+def streams(options: StreamBenchOptions) -> dict[str, list[Path]]:
+    """Stream name -> its clips, played back to back: small, assets/*.wav and --audio; real, REAL_STREAMS
+    and a stream per --audio file."""
+    audio = [Path(path) for path in options.audio]
+    if options.size != "real":
+        return {"stream": [*sorted(ASSETS.glob("*.wav"))[: 1 if options.quick else None], *audio]}
     english = sorted([*ASSETS.glob("en-*.wav"), *ASSETS.glob("en-*.flac")])
-    found = {}
-    for name, clips in REAL_STREAMS.items():
-        if not (options.quick and name == "a 5-minute talk"):
-            found[name] = english if clips is None else [ASSETS / clip for clip in clips]
-    found.update({path.stem: [path] for path in map(Path, options.audio)})
-    streams = {}
-    for name, paths in found.items():
-        scripts = [path.with_suffix(".txt") for path in paths]
-        script = " ".join(p.read_text() for p in scripts) if all(p.exists() for p in scripts) else None
-        audio = np.concatenate([load_audio(path, max_seconds=None) for path in paths])
-        streams[name] = RealStream(audio, script)
-    return streams
+    found = {name: [ASSETS / c for c in clips] if clips else english for name, clips in REAL_STREAMS.items()}
+    if options.quick:
+        del found["a 5-minute talk"]
+    return found | {path.stem: [path] for path in audio}
 
 
-def measure(
-    whispers: dict[str, SpeculativeWhisper],
-    waveform: np.ndarray,
-    chunk_seconds: float,
-    rounds: int = 1,
-    log: Callable[[str], None] = print,
-    configs: list[StreamConfig] | None = None,
-    check: bool = True,
-) -> list[dict]:
+def measure(whispers: dict[str, SpeculativeWhisper], waveform: np.ndarray, chunk_seconds: float,
+            rounds: int = 1, log: Callable[[str], None] = print, configs: dict[str, Config] | None = None,
+            check: bool = True) -> list[dict]:  # fmt: skip
     """Every configuration streams `waveform` `rounds` times; one row of figures per configuration."""
     configs = configs or stream_configs(list(whispers))
     any_whisper = next(iter(whispers.values()))  # the target alone: any pair, its draft unused
     for whisper in whispers.values():
         whisper.warm_up()
+    options = {
+        name: StreamOptions(chunk_seconds=chunk_seconds, language=LANGUAGE, reuse_hypothesis=reuse,
+                            use_draft=draft is not None, max_load=max_load)
+        for name, (draft, reuse, max_load) in configs.items()
+    }  # fmt: skip
 
-    def stream(config: StreamConfig, _: object) -> list[Update]:
-        whisper = whispers[config.draft] if config.draft else any_whisper
-        return stream_audio(whisper, waveform, config.stream_options(chunk_seconds))
+    def play(name: str, _: object) -> list[Update]:  # the whole stream, within its round
+        return list(stream_audio(whispers.get(configs[name][0], any_whisper), waveform, options[name]))
 
-    found = harness.rounds(configs, stream, rounds, log=log)
-    updates = {
-        config.name: [u for round_updates in found[(config, None)] for u in round_updates]
-        for config in configs
-    }
-    references: dict[tuple, tuple[int, ...]] = {}
-    rows = []
-    for config in configs:
-        summary = summarise(updates[config.name], rounds * len(waveform) / SAMPLE_RATE)
-        options = config.stream_options(chunk_seconds)
-        mine = updates[config.name]
-        mismatched, sampled = (
-            target_alone_mismatches(any_whisper, waveform, mine, references, options) if check else ([], [])
-        )
+    found, references, rows = harness.rounds(list(configs), play, rounds, log=log), {}, []
+    for name, (draft, reuse, max_load) in configs.items():
+        updates = [update for streamed in found[(name, None)] for update in streamed]
+        mismatched, sampled = mismatches(any_whisper, waveform, updates, references, options[name], check)
         rows.append({
-            "config": config.name, "draft": config.draft, "reuse": config.reuse, "max_load": config.max_load,
-            **summary.to_dict(), "by_minute": by_minute(updates[config.name]), "checked": check,
-            "identical": not mismatched, "mismatched_updates": mismatched, "sampled_updates": sampled,
-            "final_text": updates[config.name][-1].committed_text,
+            "config": name, "draft": draft, "reuse": reuse, "max_load": max_load,
+            **summarise(updates, rounds * len(waveform) / SAMPLE_RATE).to_dict(),
+            "by_minute": by_minute(updates), "checked": check, "identical": not mismatched,
+            "mismatched_updates": mismatched, "sampled_updates": sampled,
+            "final_text": updates[-1].committed_text,
         })  # fmt: skip
     if check:
         log(f"checked against the target alone: {len(references)} distinct buffers")
@@ -176,51 +130,32 @@ def measure(
 
 
 def by_minute(updates: list[Update]) -> list[dict]:
-    """Per minute of stream time (rounds pooled): decoded updates, median and p95 latency, processing per
-    second of audio."""
+    """Per minute of stream time (rounds pooled): decoded updates, median and p95 latency, RTF."""
     minutes: dict[int, list[Update]] = {}
-    for update in updates:
-        if update.chunk_seconds or update.decoded:
-            minutes.setdefault(int(max(update.stream_seconds - 1e-9, 0) // 60), []).append(update)
-    rows = []
-    for minute, found in sorted(minutes.items()):
-        latencies = [update.latency_seconds for update in found if update.decoded]
-        audio = sum(update.chunk_seconds for update in found)
-        rows.append({
-            "minute": minute + 1, "decoded_updates": len(latencies),
-            "median_latency_seconds": float(np.median(latencies)) if latencies else 0.0,
-            "p95_latency_seconds": float(np.percentile(latencies, 95)) if latencies else 0.0,
-            "real_time_factor": sum(u.latency_seconds for u in found) / audio if audio else 0.0,
-        })  # fmt: skip
-    return rows
+    for update in (update for update in updates if update.chunk_seconds or update.decoded):
+        minutes.setdefault(int(max(update.stream_seconds - 1e-9, 0) // 60) + 1, []).append(update)
+    keys = ("decoded_updates", "median_latency_seconds", "p95_latency_seconds", "real_time_factor")
+    found = {m: summarise(ups, sum(u.chunk_seconds for u in ups)).to_dict() for m, ups in minutes.items()}
+    return [{"minute": minute, **{key: found[minute][key] for key in keys}} for minute in sorted(found)]
 
 
-def target_alone_mismatches(
-    whisper: SpeculativeWhisper,
-    waveform: np.ndarray,
-    updates: list[Update],
-    memo: dict,
-    options: StreamOptions,
-) -> tuple[list[int], list[int]]:
-    """(indices of decoded updates whose hypothesis differs from the target alone on their buffer with the
-    stream's decoding options, indices of those the temperature fallback sampled: the target's in
-    distribution, not token for token, so not compared)."""
+def mismatches(whisper: SpeculativeWhisper, waveform: np.ndarray, updates: list[Update], memo: dict,
+               options: StreamOptions, check: bool = True) -> tuple[list[int], list[int]]:  # fmt: skip
+    """(decoded updates whose hypothesis differs from the target alone on their buffer with the stream's
+    decoding options, those the temperature fallback sampled: the target's in distribution, not token for
+    token, so not compared), by index; none unless `check`."""
     mismatched, sampled = [], []
-    for update in updates:
-        if not update.decoded:
-            continue
+    for update in (update for update in updates if update.decoded and check):
         if update.result.sampled:
             sampled.append(update.index)
             continue
-        start = round(update.buffer_start_seconds * SAMPLE_RATE)
-        end = round(update.buffer_end_seconds * SAMPLE_RATE)
+        start, end = (
+            round(s * SAMPLE_RATE) for s in (update.buffer_start_seconds, update.buffer_end_seconds)
+        )
         key = (start, end, update.prompt_ids, update.language)
-        if key not in memo:
-            decode = options.decode_options(update.language, update.prompt_ids)
-            (alone,) = whisper.transcribe_waveforms(
-                [waveform[start:end]], TranscribeOptions.of(decode, speculative=False)
-            )
-            memo[key] = alone.token_ids
+        if key not in memo:  # buffers repeat across configurations
+            alone = replace(options.decode_options(update.language, update.prompt_ids), speculative=False)
+            memo[key] = whisper.transcribe_waveforms([waveform[start:end]], alone)[0].token_ids
         if update.hypothesis != memo[key]:
             mismatched.append(update.index)
     return mismatched, sampled
@@ -232,58 +167,34 @@ def goals(rows: list[dict], drafts: list[str], chunk_seconds: float) -> list[dic
     for draft in drafts:
         reuse, alone = by_name[f"{draft} + reuse"], by_name[f"{draft} only"]
         fewer = harness.ratio(alone["passes_per_update"], reuse["passes_per_update"])
+        latency = reuse["median_latency_seconds"]
         found += [
             goal(f"passes per update, {draft}: draft only / with reuse", fewer, ">=", GOAL_PASS_RATIO),
-            goal(
-                f"median update latency (s), {draft} + reuse",
-                reuse["median_latency_seconds"],
-                "<",
-                chunk_seconds,
-            ),
+            goal(f"median update latency (s), {draft} + reuse", latency, "<", chunk_seconds),
         ]
     return found
 
 
-REAL_GOALS = [  # the row's key, its goal's name, how it compares and its threshold
-    ("real_time_factor", "real-time factor", "<", GOAL_REAL_TIME_FACTOR),
-    ("median_latency_seconds", "median update latency (s)", "<", GOAL_MEDIAN_LATENCY),
-    ("p95_latency_seconds", "p95 update latency (s)", "<", GOAL_P95_LATENCY),
-    ("wer", "WER of the committed text against transcribe", "<", GOAL_WER),
-    ("median_commit_lag_seconds", "median commit lag (s)", "<=", GOAL_MEDIAN_COMMIT_LAG),
-    ("p95_commit_lag_seconds", "p95 commit lag (s)", "<=", GOAL_P95_COMMIT_LAG),
-]
-
-
-def real_goals(rows_by_stream: dict[str, list[dict]]) -> list[dict]:
-    """The CPU default on each stream: real-time factor, median and p95 latency (in the last minute too:
-    flat over a long talk), its committed text against `transcribe`."""
-    found = []
-    for name, rows in rows_by_stream.items():
-        row = next(row for row in rows if row["config"] == DEFAULT)
-        found += [
-            goal(f"{name}: {label}", row[key], relation, value) for key, label, relation, value in REAL_GOALS
-        ]
-        if row.get("script_wer") is not None:
-            gap = row["script_wer"] - row["transcribe_script_wer"]
-            found.append(
-                goal(f"{name}: WER against the words spoken, past transcribe's", gap, "<=", GOAL_SCRIPT_GAP)
-            )
-        if len(row["by_minute"]) > 1:
-            last = row["by_minute"][-1]["p95_latency_seconds"]
-            found.append(
-                goal(f"{name}: p95 update latency in its last minute (s)", last, "<", GOAL_P95_LATENCY)
-            )
+def real_goals(name: str, rows: list[dict]) -> list[dict]:
+    """The CPU default on a stream: REAL_GOALS, its WER against the script past transcribe's, and the p95
+    latency in its last minute (flat over a long talk)."""
+    row = next(row for row in rows if row["config"] == DEFAULT)
+    found = [goal(f"{name}: {label}", row[key], *rule) for key, label, *rule in REAL_GOALS]
+    if row.get("script_wer") is not None:
+        gap = row["script_wer"] - row["transcribe_script_wer"]
+        found.append(
+            goal(f"{name}: WER against the words spoken, past transcribe's", gap, "<=", GOAL_SCRIPT_GAP)
+        )
+    if len(row["by_minute"]) > 1:
+        last = row["by_minute"][-1]["p95_latency_seconds"]
+        found.append(goal(f"{name}: p95 update latency in its last minute (s)", last, *REAL_GOALS[2][2:]))
     return found
 
 
 def _acceptance(row: dict) -> str:
-    return (
-        ", ".join(
-            f"{source} {row['acceptance'].get(source, 0.0):.2f} ({counts['accepted']}/{counts['drafted']})"
-            for source, counts in sorted(row["proposals"].items(), reverse=True)
-        )
-        or "-"
-    )
+    found = [f"{source} {row['acceptance'].get(source, 0.0):.2f} ({counts['accepted']}/{counts['drafted']})"
+             for source, counts in sorted(row["proposals"].items(), reverse=True)]  # fmt: skip
+    return "  " + (", ".join(found) or "-")
 
 
 def _same(row: dict) -> str:
@@ -294,94 +205,62 @@ def _same(row: dict) -> str:
 
 
 COLUMNS = [
-    ("configuration", "config", "<26"),
-    ("decoded", "decoded_updates", ">8"),
-    ("passes/upd", "passes_per_update", ">11.1f"),
-    ("median s", "median_latency_seconds", ">9.2f"),
-    ("p95 s", "p95_latency_seconds", ">7.2f"),
-    ("lag s", "median_commit_lag_seconds", ">6.1f"),
-    ("RTF", "real_time_factor", ">6.2f"),
-    ("WER", "wer", ">6.3f"),
-    ("  acceptance by source (accepted/drafted)", lambda row: f"  {_acceptance(row)}", "<48"),
-    ("  same", _same, ""),
-]
+    ("configuration", "config", "<26"), ("decoded", "decoded_updates", ">8"),
+    ("passes/upd", "passes_per_update", ">11.1f"), ("median s", "median_latency_seconds", ">9.2f"),
+    ("p95 s", "p95_latency_seconds", ">7.2f"), ("lag s", "median_commit_lag_seconds", ">6.1f"),
+    ("RTF", "real_time_factor", ">6.2f"), ("WER", "wer", ">6.3f"),
+    ("  acceptance by source (accepted/drafted)", _acceptance, "<48"), ("  same", _same, ""),
+]  # fmt: skip
+MINUTE_COLUMNS = [("minute", "minute", ">7"), COLUMNS[1], *COLUMNS[3:5], COLUMNS[6]]
 
 
 def table(rows: list[dict]) -> str:
-    """A fixed-width text table: one line per configuration."""
     return harness.table(rows, COLUMNS)
 
 
-def minutes_table(row: dict) -> str:
-    """One line per minute of a stream: decoded updates, median and p95 latency, real-time factor."""
-    return harness.table(row["by_minute"], [
-        ("minute", "minute", ">7"), ("decoded", "decoded_updates", ">8"),
-        ("median s", "median_latency_seconds", ">9.2f"), ("p95 s", "p95_latency_seconds", ">7.2f"),
-        ("RTF", "real_time_factor", ">6.2f"),
-    ])  # fmt: skip
+def against_transcribe(whisper: SpeculativeWhisper, waveform: np.ndarray, paths: list[Path],
+                       rows: list[dict]) -> None:  # fmt: skip
+    """Each row's text against `transcribe`'s; both against what was read where every clip has its .txt."""
+    whole = whisper.transcribe(waveform, sample_rate=SAMPLE_RATE, language=LANGUAGE)[0]
+    scripts = [path.with_suffix(".txt") for path in paths]
+    script = " ".join(p.read_text() for p in scripts) if all(p.exists() for p in scripts) else None
+    for row in rows:
+        errors = word_errors(whole, row["final_text"])
+        row["wer"], row["deleted_words"] = errors.wer, errors.deletions
+        if script is not None:
+            row["script_wer"] = word_errors(script, row["final_text"]).wer
+            row["transcribe_script_wer"] = word_errors(script, whole).wer
 
 
 def run_and_report(options: StreamBenchOptions, out_dir: Path, command: str) -> dict:
-    """Run the stream benchmark, print the tables and the goals, write stream.json."""
-    record = Record(command, options)
-    whispers = load_whispers(options)
-    if options.size == "real":
-        rows_by_stream = measure_real(whispers, options)
-        found = real_goals(rows_by_stream)
-        streams = {
-            name: {"seconds": rows[0]["audio_seconds"] / options.rounds}
-            for name, rows in rows_by_stream.items()
-        }
-    else:
-        waveform, clips = stream_clips(options)
-        seconds = len(waveform) / SAMPLE_RATE
-        print(f"stream: {', '.join(clips)} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
-        rows = measure(whispers, waveform, options.chunk_seconds, options.rounds, check=options.check)
-        found = goals(rows, list(whispers), options.chunk_seconds)
+    """Each stream through every configuration (real: against `transcribe`): tables, goals, stream.json."""
+    record, whispers, real = Record(command, options), load_whispers(options), options.size == "real"
+    rows_by_stream, streamed, found, chunk = {}, {}, [], options.chunk_seconds
+    for name, paths in streams(options).items():
+        waveform = np.concatenate([load_audio(path, max_seconds=None) for path in paths])
+        streamed[name] = {"clips": [path.stem for path in paths], "seconds": len(waveform) / SAMPLE_RATE}
+        seconds = streamed[name]["seconds"]
+        print(f"\n{name}: {', '.join(streamed[name]['clips'])} ({seconds:.1f} s), {chunk:g} s chunks")
+        configs = REAL_CONFIGS if real else None
+        rows = measure(whispers, waveform, chunk, options.rounds, configs=configs, check=options.check)
+        if real:
+            against_transcribe(whispers["self"], waveform, paths, rows)
+        found += real_goals(name, rows) if real else goals(rows, list(whispers), chunk)
         print(table(rows))
-        rows_by_stream, streams = {"stream": rows}, {"stream": {"clips": clips, "seconds": seconds}}
+        rows_by_stream[name], default = rows, next((row for row in rows if row["config"] == DEFAULT), {})
+        if "script_wer" in default:
+            print(
+                f"WER against what was read: transcribe {default['transcribe_script_wer']:.3f}, {DEFAULT} "
+                f"{default['script_wer']:.3f} (words it left out of transcribe's: {default['deleted_words']})"
+            )
+        if default and seconds > 120:
+            print(f"\n{DEFAULT}, minute by minute:\n{harness.table(default['by_minute'], MINUTE_COLUMNS)}")
     print()
     mismatched = [row["config"] for rows in rows_by_stream.values() for row in rows if not row["identical"]]
     same = "every decoded update of every configuration equals the target alone on its buffer"
     record.verdict(mismatched, same if options.check else "updates not checked", found)
-    target = next(iter(whispers.values())).pair.target
-    drafts = {name: whisper.pair.draft.name for name, whisper in whispers.items()}
-    record.update(
-        language=LANGUAGE, streams=streams, models={"target": target.name, **drafts},
-        rows=rows_by_stream,
-    )  # fmt: skip
+    models = {"target": next(iter(whispers.values())).pair.target.name}
+    models |= {name: whisper.pair.draft.name for name, whisper in whispers.items()}
+    record.update(language=LANGUAGE, streams=streamed, models=models, rows=rows_by_stream)
     record.write(out_dir / "stream.json")
     return record
-
-
-def measure_real(
-    whispers: dict[str, SpeculativeWhisper], options: StreamBenchOptions
-) -> dict[str, list[dict]]:
-    """Each real stream through every configuration; each row with its WER against `transcribe`."""
-    rows_by_stream = {}
-    for name, stream in real_streams(options).items():
-        waveform = stream.waveform
-        seconds = len(waveform) / SAMPLE_RATE
-        print(f"\nstream: {name} ({seconds:.1f} s), {options.chunk_seconds:g} s chunks")
-        chunk, count = options.chunk_seconds, options.rounds
-        rows = measure(whispers, waveform, chunk, count, configs=real_configs(), check=options.check)
-        whole = whispers["self"].transcribe(waveform, sample_rate=SAMPLE_RATE, language=LANGUAGE)[0]
-        for row in rows:  # against transcribe; and, as transcribe, against what was read
-            errors = word_errors(whole, row["final_text"])
-            row["wer"], row["deleted_words"] = errors.wer, errors.deletions
-            if stream.script is not None:
-                row["script_wer"] = word_errors(stream.script, row["final_text"]).wer
-                row["transcribe_script_wer"] = word_errors(stream.script, whole).wer
-        rows_by_stream[name] = rows
-        print(table(rows))
-        default = next(row for row in rows if row["config"] == DEFAULT)
-        if stream.script is not None:
-            print(
-                f"WER against what was read: transcribe {default['transcribe_script_wer']:.3f}, "
-                f"{DEFAULT} {default['script_wer']:.3f} (words it left out of transcribe's: "
-                f"{default['deleted_words']})"
-            )
-        if seconds > 120:
-            print(f"\n{DEFAULT}, minute by minute:")
-            print(minutes_table(next(row for row in rows if row["config"] == DEFAULT)))
-    return rows_by_stream

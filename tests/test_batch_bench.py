@@ -11,7 +11,7 @@ import json
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.batch import BatchBench, BatchBenchOptions, BatchConfig
+from benchmarks.ways import BatchBenchOptions, Way, Ways
 from benchmarks.controlled import judged
 
 MAX_NEW_TOKENS = 20
@@ -24,11 +24,15 @@ def models_dir(benchmark_checkpoints):
 
 
 @pytest.fixture(scope="module")
-def bench(models_dir) -> BatchBench:
+def bench(models_dir) -> Ways:
     options = BatchBenchOptions(
-        size="small", batch_sizes=(1, BATCH), alpha=0.7, max_new_tokens=MAX_NEW_TOKENS, cache_dir=models_dir
+        size="small",
+        batch_sizes=(1, BATCH),
+        alphas=(0.7,),
+        max_new_tokens=MAX_NEW_TOKENS,
+        cache_dir=models_dir,
     )
-    return BatchBench(options, log=lambda _: None)
+    return Ways(options, "float32", log=lambda _: None)
 
 
 @pytest.mark.parametrize(
@@ -37,12 +41,13 @@ def bench(models_dir) -> BatchBench:
     ids=["separate", "shared-cost-aware"],
 )
 def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft, cost_aware):
-    alone = bench.run(BatchConfig("target alone", BATCH), MAX_NEW_TOKENS)
-    controlled = bench.run(BatchConfig(draft, BATCH, draft, cost_aware), MAX_NEW_TOKENS)
+    (group,) = bench.groups[BATCH]
+    alone = bench.run_group(Way("target alone", "specdec"), group)
+    controlled = bench.run_group(Way(draft, "specdec", draft, 0.7, cost_aware=cost_aware), group)
     lengths = set()
     for i, (result, reference) in enumerate(zip(controlled.results, alone.results, strict=True)):
         assert result.token_ids == reference.token_ids == bench.alone[bench.row_clips[i].name].token_ids
-        plan = bench.plans[i]
+        plan = bench.plans[0.7][i]
         examined = judged(result)
         assert examined, f"row {i} judged no draft token"
         assert [accepted for _, _, accepted in examined] == [plan.agree[w][p] for w, p, _ in examined]
@@ -54,7 +59,7 @@ def test_each_row_follows_its_own_plan_and_keeps_its_output(bench, draft, cost_a
 
 
 def test_row_plans_are_seeded_per_row(bench):
-    rates = [plan.planned_rate for plan in bench.plans]
+    rates = [plan.planned_rate for plan in bench.plans[0.7]]
     assert len(set(rates)) > 1  # seeded per row
     assert all(0.3 < rate < 1.0 for rate in rates)
 
@@ -71,14 +76,14 @@ def test_cli_bench_batch_writes_the_table_and_report(models_dir, tmp_path, capsy
     printed = capsys.readouterr().out
     assert "batch  configuration" in printed and "every row of 6 configurations equals" in printed
     report = json.loads((tmp_path / "batch.json").read_text())
-    assert {(row["config"], row["batch_size"]) for row in report["rows"]} == {
+    assert {(row["config"], row["batch"]) for row in report["rows"]} == {
         (name, size)
         for name in ("target alone", "draft-shared k=5", "draft-shared cost-aware")  # quick: distil-like
         for size in (1, 2)
     }
     for row in report["rows"]:
-        assert row["mismatched_batched"] == [] and row["mismatched_alone"] == []
+        assert row["mismatched_rows"] == [] and row["mismatched_alone"] == []
         assert row["tokens"] > 0 and row["target_passes"] > 0
-        assert (row["alpha"] is None) == (row["draft"] is None)
+        assert ("alpha" in row) == (row["draft"] is not None)
     assert [goal["met"] for goal in report["goals"]] == [None] * 8  # batch 8 and 16 not run
     assert (tmp_path / "batch.html").exists()

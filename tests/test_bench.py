@@ -14,7 +14,7 @@ import torch
 
 from benchmarks.controlled import controlled, judged, make_plan, plan_from, planted
 from benchmarks.harness import leviathan_bound
-from benchmarks.tokens import BenchOptions, run_and_report
+from benchmarks.ways import BenchOptions, run_and_report
 from specdec.api import SpeculativeWhisper
 from specdec.engine import kernels
 from specdec.engine.draft_length import AdaptiveDraftLength, StepFacts

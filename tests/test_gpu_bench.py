@@ -14,7 +14,8 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
-from benchmarks import app_check, gpu
+from benchmarks import serve
+from benchmarks import ways as gpu
 from benchmarks import profile as profiling
 from benchmarks.__main__ import main
 from benchmarks.runners import Run
@@ -122,7 +123,7 @@ def test_record_rows_each_configuration_at_each_batch(benchmark_checkpoints, tmp
           for mode in ("eager", "replayed")),
     }  # fmt: skip
     for batch, rows in by_batch.items():
-        assert rows["generate()"]["decode_speedup_vs_generate"] == 1.0
+        assert rows["generate()"]["x_generate"] == 1.0
         assert rows["generate() static"]["compiled"] is False  # compiling is for CUDA
         for name, row in rows.items():
             assert row["identical"] and row["dtype"] == "float32" and row["decode_seconds"] > 0, name
@@ -149,7 +150,7 @@ def test_a_failed_compile_or_replay_leaves_the_other_rows(benchmark_checkpoints,
         size="small", batch_sizes=(1,), dtypes=("float32",), max_new_tokens=6, repeats=1,
         cache_dir=benchmark_checkpoints,
     )  # fmt: skip
-    bench = gpu.GpuBench(options, "float32", log=lambda _: None)
+    bench = gpu.Ways(options, "float32", log=lambda _: None)
     bench.compiled = True  # as on CUDA; compiling then fails
     monkeypatch.setattr(bench, "_compiled", lambda: (_ for _ in ()).throw(RuntimeError("no compiler")))
     assert len(list(bench.measure(1))) == 1 and replay.enabled == []  # no replayed rows; all disabled
@@ -183,7 +184,7 @@ def test_goals_read_the_planted_rows_and_the_faster_of_each_mode():
         _row("specdec tiny adaptive eager", 0.1, **tiny | {"planted_alpha": None}),  # not the goals' case
         _row("specdec target-only eager", 0.5, batch=8),
     ]
-    found = {goal["goal"]: goal for goal in gpu.goals(rows)}
+    found = {goal["goal"]: goal for goal in gpu.GpuBenchOptions().goals(rows)}
     assert found["speculative (tiny-size) over generate(), float16"]["value"] == pytest.approx(8.0)
     assert found["speculative (tiny-size) over our target alone"]["value"] == pytest.approx(1.6)
     assert found["speculative (tiny-size) over the faster of static+compile and assisted"]["value"] == 2.0
@@ -204,20 +205,20 @@ def test_the_compare_is_read_beside_the_record_replayed_where_it_has_it(tmp_path
         for name, seconds in (("target-only", 2.0), ("tiny adaptive", 1.0))
     ]
     record.write_text(json.dumps({"rows": rows}))
-    assert app_check.record_ratio(record, "tiny") == 2.0
+    assert serve.record_ratio(record, "tiny") == 2.0
     replayed = [
         {**row, "mode": "replayed", "config": row["config"].replace("eager", "replayed")} for row in rows
     ]
     replayed[1]["decode_seconds"] = 0.5
     record.write_text(json.dumps({"rows": rows + replayed}))
-    assert app_check.record_ratio(record, "tiny") == 4.0
-    assert app_check.record_ratio(record, "distil-large-v3") is None
+    assert serve.record_ratio(record, "tiny") == 4.0
+    assert serve.record_ratio(record, "distil-large-v3") is None
 
 
 @pytest.mark.slow
 def test_app_check_drives_the_served_app(benchmark_checkpoints, tmp_path):
-    options = app_check.AppCheckOptions(size="small", clients=2, cache_dir=benchmark_checkpoints)
-    report = app_check.run_and_report(options, tmp_path, "test")
+    options = serve.AppCheckOptions(size="small", clients=2, cache_dir=benchmark_checkpoints)
+    report = serve.run_and_report(options, tmp_path, "test")
     assert report["identical"] and report["compare"]["identical"]
     assert report["compare"]["pair"] == "target ← draft-separate"
     assert report["compare"]["baseline_num_target_passes"] > 0 and report["compare"]["decode_speedup"] > 0

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.__main__ import main
 from benchmarks.controlled import judged
-from benchmarks.long import LongBench, LongBenchOptions, long_clip
+from benchmarks.ways import LongBenchOptions, Way, Ways, long_clip
 from specdec.audio import SAMPLE_RATE
 
 
@@ -25,28 +25,31 @@ def test_long_clip_is_the_assets_cycled_to_the_asked_length():
 
 
 @pytest.fixture(scope="module")
-def bench(benchmark_checkpoints) -> LongBench:
+def bench(benchmark_checkpoints) -> Ways:
     options = LongBenchOptions(
         size="small",
         minutes=1.2,  # 4 chunks
-        alpha=0.7,
+        alphas=(0.7,),
         max_new_tokens=12,
-        batch_size=3,  # two batches: each gets its own plans
+        batch_sizes=(3,),  # two batches: each gets its own plans
         cache_dir=benchmark_checkpoints,
     )
-    return LongBench(options, log=lambda _: None)
+    return Ways(options, "float32", log=lambda _: None)
 
 
 def test_every_chunk_follows_its_plan_and_keeps_the_target_output(bench):
-    assert len(bench.chunks) == 4
-    baseline, speculative = bench.run(speculative=False), bench.run(speculative=True)
-    assert [r.token_ids for r in speculative.results] == [r.token_ids for r in baseline.results]
-    assert speculative.merged_ids == baseline.merged_ids and baseline.merged_ids
-    for result, plan in zip(speculative.results, bench.plans, strict=True):
+    assert len(bench.clips) == 4 and bench.groups[3] == [(0, 1, 2), (3,)]
+    (alone, speculative) = bench.options.ways(bench.drafts, {}, 3, replayed=False)
+    assert speculative == Way("draft-shared cost-aware", "specdec", "draft-shared", 0.7, cost_aware=True)
+    baseline = [r for group in bench.groups[3] for r in bench.run_group(alone, group).results]
+    drafted = [r for group in bench.groups[3] for r in bench.run_group(speculative, group).results]
+    assert [r.token_ids for r in drafted] == [r.token_ids for r in baseline]
+    assert [r.token_ids for r in baseline] == [r.token_ids for r in bench.alone.values()]
+    for result, plan in zip(drafted, bench.plans[0.7], strict=True):
         examined = judged(result)
         assert examined
         assert [accepted for *_, accepted in examined] == [plan.agree[w][p] for w, p, _ in examined]
-    assert speculative.target_passes < baseline.target_passes
+    assert sum(r.num_target_passes for r in drafted) < sum(r.num_target_passes for r in baseline)
 
 
 @pytest.mark.slow  # a benchmark or soak smoke test: CI runs it; -m 'not slow' skips it
@@ -54,12 +57,12 @@ def test_cli_report(benchmark_checkpoints, tmp_path, capsys):
     code = main(
         [
             "long", "--size", "small", "--minutes", "0.8", "--max-new-tokens", "6",
-            "--rounds", "1", "--cache-dir", str(benchmark_checkpoints), "--out", str(tmp_path / "out"),
+            "--repeats", "1", "--cache-dir", str(benchmark_checkpoints), "--out", str(tmp_path / "out"),
         ]
     )  # fmt: skip
     assert code == 0
-    assert "decode speedup" in capsys.readouterr().out
+    assert "real_time_factor" in capsys.readouterr().out
     report = json.loads((tmp_path / "out" / "long.json").read_text())
-    assert report["merged_identical"] and report["mismatched_chunks"] == []
-    assert report["chunks"] == 2 and report["tokens"] > 0
-    assert report["options"]["alpha"] == 0.8 and report["audio_seconds"] == pytest.approx(48.0)
+    assert report["identical"] and all(row["mismatched_alone"] == [] for row in report["rows"])
+    assert report["chunks"] == 2 and all(row["tokens"] > 0 for row in report["rows"])
+    assert report["options"]["alphas"] == [0.8] and report["audio_seconds"] == pytest.approx(48.0)
