@@ -1,22 +1,9 @@
-"""`python -m benchmarks NAME [options]` (from a checkout): one runner for every benchmark.
+"""`python -m benchmarks NAME [options]` (from a checkout): one runner for every benchmark (see --help).
 
-    tokens   every way to decode the same clips (generate(), assisted generation, specdec at planted α)
-    batch    batch sizes 1-16 against the batched target alone
-    long     a long clip in chunked mode
-    stream   live streams: hypothesis reuse, the draft model alone, the target alone
-    real     the bundled real pair on real clips: WER, acceptance, decode and end-to-end time
-    cpu      the bundled real pair on this CPU: draft variants, generate(), faster-whisper, memory floors
-    corpus   corpus throughput: the Ray Data command (1 and 2 actors) against a plain batched loop
-    e2e      one request as a user sends it (a file path in, its text out) per clip: the target alone,
-             each draft, faster-whisper float32 and int8
-    serve    1-16 concurrent clients against `python app.py` over loopback: throughput, latency, batch rows
-    gpu      the GPU record: generate() (plain, static+compile), assisted, ours eager and replayed, batch 1-8
-    app      `python app.py` on a preset's models: a Compare (gradio_client), /v1 (openai), N at once
-    profile  torch.profiler over a few passes of each way to decode: launches, syncs, copies per pass
-
-Each benchmark's options are its own dataclass's fields, offered here as flags (the comment beside each
-field is its help). The JSON report goes to --out (a folder, or the file an options class names as its
-OUT); the exit code is 1 if any output differed from the target alone's.
+tokens, batch, long and gpu are configurations of `benchmarks.ways`, every way to decode the same rows. Each
+benchmark's options are its dataclass's fields, offered here as flags (the comment beside each field is its
+help). The JSON report goes to --out (a folder, or the file an options class names as its OUT); the exit code
+is 1 if any output differed from its reference.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """`python -m benchmarks e2e`: one request as a user sends it, end to end, per clip.
 
 A file's path in, its transcript out, every option at its default: the target alone, each draft of
-`drafts`, and faster-whisper float32 and int8 (in a child process), in rotated rounds after a warm-up on a
-clip no round times; every speculative output checked token for token against the target alone's.
-docs/benchmarks.md gives the method, the ceilings and the bounds.
+`drafts`, faster-whisper float32 and int8 (in a child process), in rotated rounds after an untimed warm-up.
+Each speculative output is checked token for token against the target alone's, which on the short clips is
+checked against generate()'s; each text's WER against `CLIP.txt`. docs/benchmarks.md gives the method.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,32 +18,30 @@ import soundfile
 import torch
 
 from benchmarks import harness, plots
-from benchmarks.harness import ASSETS, Record, audio_paths, record_path
-from benchmarks.runners import faster_whisper_models, faster_whisper_transcribe
+from benchmarks.harness import ASSETS, Record, audio_paths, median, record_path
+from benchmarks.runners import faster_whisper_models, faster_whisper_transcribe, generate_waveform
 from specdec.api import SpeculativeWhisper
 from specdec.audio import SAMPLE_RATE, load_audio
 from specdec.longform import is_long
 from specdec.options import DecodeOptions
+from specdec.wer import word_errors
 from specdec.whisper.models import PairError
 
 LONG_CLIPS = (ASSETS / "long" / "en-six-parts.flac",)
 TARGET_ALONE = "target alone"
 COMPUTE_TYPES = ("float32", "int8")  # faster-whisper's
-WARM_UP_SECONDS = 5.0  # taken from each of the first two clips for the warm-up clip
-# untimed pause before each call: OpenMP threads left spinning by the call before (the runtime's default
-# waiting; in the child process, CTranslate2's) go to sleep and do not steal the next call's cores
+WARM_UP_SAMPLES = 5 * SAMPLE_RATE  # taken from each of the first two clips for the warm-up clip
+# untimed pause before each call: threads left spinning by the call before sleep, sparing its cores
 SETTLE_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
 class E2eBenchOptions:
     OUT: ClassVar[str] = "docs/bench-e2e-base.json"  # where --out points unless told
-
     drafts: str = "self,tiny.en"  # comma-separated drafts: "tiny.en", "self" (shipped self-draft), a folder
     clips: str = ""  # only these clips, comma-separated names (en-jfk) or paths; empty: all of them
     extra: str = ""  # more audio files or folders, comma-separated (audio the drafts were never trained on)
-    # 5, not 3: the never-slower goal is judged within a percent, closer than fewer rounds of a short
-    # request agree with each other
+    # 5, not 3: the never-slower goal is judged within a percent, closer than fewer rounds agree
     repeats: int = 5  # rounds: every configuration decodes every clip once per round, order rotated
     target: str = "base"  # the target; faster-whisper runs only beside the bundled base
     faster_whisper: bool = True  # time faster-whisper float32 and int8 too when it is installed
@@ -61,27 +57,9 @@ class Config:
 @dataclass(frozen=True)
 class Clip:
     path: Path
+    name: str  # the stem; outside the assets with its folder's (two folders of --extra may hold a 00000)
     seconds: float  # of audio
     long: bool  # over 30 s: decoded long-form, with timestamps
-
-    @property
-    def name(self) -> str:
-        """The file's stem; with its folder's name for a file outside the assets (unique in the table: two
-        folders of --extra may each hold a 00000.wav)."""
-        if self.path.resolve().parent in (ASSETS, ASSETS / "long"):
-            return self.path.stem
-        return f"{self.path.parent.name}/{self.path.stem}"
-
-
-@dataclass
-class Call:
-    """One configuration's call on one clip in one round."""
-
-    seconds: float
-    language: str
-    text: str
-    token_ids: tuple[int, ...] | None = None  # None for faster-whisper (its text is compared)
-    stats: dict = field(default_factory=dict)  # specdec: `DecodeResult.stats()`
 
 
 def split(names: str) -> list[str]:
@@ -89,347 +67,240 @@ def split(names: str) -> list[str]:
 
 
 def clips(options: E2eBenchOptions) -> list[Clip]:
-    """The short assets, the long clip and --extra, or the --clips among them (or given by path); a folder
-    given stands for every audio file under it."""
+    """The assets, the long clip and --extra, or the --clips (names or paths); a folder: its audio files."""
     extra = audio_paths([Path(name) for name in split(options.extra)])
     found = [*sorted([*ASSETS.glob("*.wav"), *ASSETS.glob("*.flac")]), *LONG_CLIPS, *extra]
     if options.clips:
         by_name = {key: path for path in found for key in (path.stem, path.name, str(path))}
         found = audio_paths([by_name.get(name, Path(name)) for name in split(options.clips)])
-    missing = [str(path) for path in found if not path.is_file()]
-    if missing:
+    if missing := [str(path) for path in found if not path.is_file()]:
         choices = ", ".join(path.stem for path in [*sorted(ASSETS.glob("*.*")), *LONG_CLIPS])
         raise SystemExit(f"e2e: no audio file {', '.join(missing)} (clip names: {choices})")
-    waveforms = {path: load_audio(path, max_seconds=None) for path in found}
-    return [Clip(path, len(audio) / SAMPLE_RATE, is_long(audio)) for path, audio in waveforms.items()]
+    return [Clip(path, path.stem if path.resolve().parent in (ASSETS, ASSETS / "long") else
+                 f"{path.parent.name}/{path.stem}", len(audio) / SAMPLE_RATE, is_long(audio))
+            for path in found for audio in [load_audio(path, max_seconds=None)]]  # fmt: skip
 
 
-def load_models(options: E2eBenchOptions) -> tuple[dict[str, object], list[Config]]:
-    """Config name -> its SpeculativeWhisper (the target alone and each draft), and the configs."""
-    models: dict[str, object] = {}
-    configs = [Config(TARGET_ALONE)]
+def load_models(options: E2eBenchOptions) -> dict[Config, SpeculativeWhisper]:
+    """Each configuration of ours (each draft, then the target alone) and its SpeculativeWhisper."""
+    models = {}
     for draft in split(options.drafts):
         try:
-            models[f"draft {draft}"] = SpeculativeWhisper(
-                draft_model=draft, final_model=options.target, device="cpu"
-            )
+            models[Config(f"draft {draft}", draft)] = SpeculativeWhisper(draft, options.target, device="cpu")
         except PairError as error:
             raise SystemExit(f"e2e: the draft {draft!r} cannot draft for {options.target}: {error}") from None
-        configs.append(Config(f"draft {draft}", draft=draft))
-    models[TARGET_ALONE] = SpeculativeWhisper(draft_model=None, final_model=options.target, device="cpu")
-    return models, configs
+    alone = SpeculativeWhisper(draft_model=None, final_model=options.target, device="cpu")
+    return {Config(TARGET_ALONE): alone, **models}
 
 
-def measure_faster_whisper(
-    wanted: bool, clips: list[Clip], warm_up: Path, repeats: int, threads: int
-) -> tuple:
-    """faster-whisper float32 and int8 timed as `measure` times ours, in the process that runs this (a
-    child of the benchmark's): its configurations, calls and a note on the models."""
+def measure_faster_whisper(wanted: bool, clips: list[Clip], warm_up: Path, repeats: int, threads: int):
+    """faster-whisper timed as `measure` times ours, in a child process: its configs, calls and a note."""
     torch.set_num_threads(threads)
     fw_models, note = faster_whisper_models(wanted)
-    models = {f"faster-whisper {compute_type}": model for compute_type, model in fw_models.items()}
-    configs = [Config(name, compute_type=name.split()[-1]) for name in models]
-    return configs, measure(configs, models, clips, repeats, warm_up, lambda _: None) if configs else {}, note
+    models = {Config(f"faster-whisper {kind}", compute_type=kind): model for kind, model in fw_models.items()}
+    return list(models), measure(models, clips, repeats, warm_up, lambda _: None) if models else {}, note
 
 
-def call(config: Config, model, path: Path, long: bool) -> Call:
-    """The timed request: the file's path in, its transcript out."""
-    if config.compute_type:
-        (text, language), seconds = harness.timed(
-            lambda: faster_whisper_transcribe(model, str(path), long=long)
-        )
-        return Call(seconds, language, text)
-    (found,), seconds = harness.timed(
-        lambda: model.transcribe(str(path), return_stats=True, speculative=config.draft is not None)
-    )
-    return Call(seconds, found.language, found.text, found.token_ids, found.result.stats())
+def measure(models: dict, clips: list[Clip], repeats: int, warm_up: Path, log) -> dict:
+    """(config, clip) -> a call a round (seconds, language, text; ours: ids, stats), after a warm-up call."""
+
+    def call(config: Config, path: Path, long: bool) -> dict:  # the file's path in, its transcript out
+        model, speculative = models[config], config.draft is not None
+        if config.compute_type:
+            found, seconds = harness.timed(lambda: faster_whisper_transcribe(model, str(path), long=long))
+            return {"seconds": seconds, "text": found[0], "language": found[1], "token_ids": None}
+        (found,), seconds = harness.timed(lambda: model.transcribe(str(path), return_stats=True,
+                                                                   speculative=speculative))  # fmt: skip
+        return {"seconds": seconds, "language": found.language, "text": found.text,
+                "token_ids": found.token_ids, **found.result.stats()}  # fmt: skip
+
+    return harness.rounds(list(models), lambda config, clip: call(config, clip.path, clip.long), repeats,
+                          clips, warm_up=lambda config: call(config, warm_up, False), settle=SETTLE_SECONDS,
+                          log=log)  # fmt: skip
 
 
-def warm_up_clip(clips: list[Clip], folder: Path) -> Path:
-    """The first WARM_UP_SECONDS of (up to) two clips, spliced into a WAV that no round times."""
-    samples = int(WARM_UP_SECONDS * SAMPLE_RATE)
-    parts = [load_audio(clip.path, max_seconds=None)[:samples] for clip in clips[:2]]
-    path = folder / "warm-up.wav"
-    soundfile.write(path, np.concatenate(parts), SAMPLE_RATE)
-    return path
-
-
-def measure(configs: list[Config], models: dict, clips: list[Clip], repeats: int, warm_up: Path, log) -> dict:
-    """(config name, clip path) -> one Call per round, after an untimed call each on the warm-up clip."""
-    found = harness.rounds(
-        configs, lambda config, clip: call(config, models[config.name], clip.path, clip.long), repeats, clips,
-        warm_up=lambda config: call(config, models[config.name], warm_up, long=False),
-        settle=SETTLE_SECONDS, log=log,
-    )  # fmt: skip
-    return {(config.name, clip.path): calls for (config, clip), calls in found.items()}
-
-
-def rows_of(
-    configs: list[Config], clips: list[Clip], calls: dict[tuple[str, Path], list[Call]]
-) -> list[dict]:
-    """One row per (clip, configuration): medians, ratio to the target alone, acceptance, identity."""
+def rows_of(configs: list[Config], clips: list[Clip], calls: dict, target: SpeculativeWhisper) -> list[dict]:
+    """One row per (clip, configuration): medians, ratio to the target alone, acceptance, WER, identity
+    (with generate()'s on the short clips, called once, untimed; faster-whisper's text: its ids differ)."""
     rows = []
     for clip in clips:
-        alone = calls[(TARGET_ALONE, clip.path)]
-        alone_median = statistics.median(c.seconds for c in alone)
+        alone, reference = calls[(Config(TARGET_ALONE), clip)], clip.path.with_suffix(".txt")
+        waveform = None if clip.long else load_audio(clip.path, max_seconds=None)
+        generated = None if clip.long else generate_waveform(target, waveform, None)[0]
         for config in configs:
-            mine = calls[(config.name, clip.path)]
-            median = statistics.median(c.seconds for c in mine)
-            stats = mine[0].stats
-            # faster-whisper's ids are its own tokenizer's: only its text is compared
-            identical = None if config.compute_type else all(c.token_ids == alone[0].token_ids for c in mine)
+            mine, ours = calls[(config, clip)], not config.compute_type
+            first, seconds = mine[0], median(c["seconds"] for c in mine)
             rows.append({
-                "clip": clip.name, "path": str(clip.path), "language": mine[0].language,
-                "clip_language": alone[0].language,  # the target's detection
+                "clip": clip.name, "path": str(clip.path), "language": first["language"],
+                "clip_language": alone[0]["language"],  # the target's detection
                 "audio_seconds": round(clip.seconds, 2), "long_form": clip.long, "configuration": config.name,
-                "kind": "faster-whisper" if config.compute_type else "specdec", "draft": config.draft,
-                "median_seconds": median, "all_seconds": [c.seconds for c in mine],
-                "ratio": alone_median / median,
+                "kind": "specdec" if ours else "faster-whisper", "draft": config.draft,
+                "median_seconds": seconds, "all_seconds": [c["seconds"] for c in mine],
+                "ratio": median(c["seconds"] for c in alone) / seconds,
                 # the decode phase alone (encoders excluded), the draft's and the verify passes' shares
-                # (`drafting_costs`): medians over rounds
-                **{key: None if config.compute_type else statistics.median(c.stats[key] for c in mine)
+                **{key: median(c[key] for c in mine) if ours else None
                    for key in ("decode_seconds", "draft_seconds", "verify_seconds")},
-                "acceptance_rate": stats.get("acceptance_rate"), "accepted": stats.get("num_accepted"),
-                "drafted": stats.get("num_drafted"), "target_passes": stats.get("num_target_passes"),
-                "identical": identical, "same_text": all(c.text == alone[0].text for c in mine),
-                "text": mine[0].text,
+                "acceptance_rate": first.get("acceptance_rate"), "accepted": first.get("num_accepted"),
+                "drafted": first.get("num_drafted"), "target_passes": first.get("num_target_passes"),
+                "tokens_per_pass": first.get("tokens_per_pass"),
+                "identical": all(c["token_ids"] == alone[0]["token_ids"] for c in mine) if ours else None,
+                "same_as_generate": all(c["token_ids"] == generated for c in mine)
+                if ours and generated is not None else None,
+                "same_text": all(c["text"] == alone[0]["text"] for c in mine), "text": first["text"],
+                "wer": word_errors(reference.read_text(encoding="utf-8"), first["text"],
+                                   alone[0]["language"]).wer if reference.exists() else None,
             })  # fmt: skip
     return rows
 
 
+def kinds(rows: list[dict]) -> dict[str, list[dict]]:
+    """The rows the summary's medians are over: the short clips heard as English, the long-form ones."""
+    return {"short_english": [r for r in rows if r["clip_language"] == "en" and not r["long_form"]],
+            "long_form": [r for r in rows if r["long_form"]]}  # fmt: skip
+
+
 def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
-    """Per draft: the short-English median ratio, the non-English minimum, long-form against the target
-    alone and against faster-whisper, acceptance per language (accepted / drafted over its clips), what a
-    drafted token costs and the ratios no acceptance could pass at those costs."""
+    """Per draft: `kinds`' ratios, the slowest other language, faster-whisper, acceptance, costs, ceilings."""
+    alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
     found = {}
     for draft in drafts:
-        mine = [row for row in rows if row["draft"] == draft]
-        short_english = [r for r in mine if r["clip_language"] == "en" and not r["long_form"]]
-        english = [r["ratio"] for r in short_english]
+        mine = [r for r in rows if r["draft"] == draft]
+        chosen = kinds(mine)
+        short, long = chosen["short_english"], {r["clip"]: r for r in chosen["long_form"]}
         other = [r["ratio"] for r in mine if r["clip_language"] != "en"]
-        long = {r["clip"]: r for r in mine if r["long_form"]}
-        against = {}
-        for compute_type in COMPUTE_TYPES:
-            theirs = [
-                r for r in rows if r["configuration"] == f"faster-whisper {compute_type}" and r["long_form"]
-            ]
-            if theirs and long:
-                against[compute_type] = statistics.median(
-                    r["median_seconds"] / long[r["clip"]]["median_seconds"] for r in theirs
-                )
-        acceptance = {}
-        for language in dict.fromkeys(r["clip_language"] for r in mine):
-            of = [r for r in mine if r["clip_language"] == language]
-            drafted = sum(r["drafted"] for r in of)
-            acceptance[language] = sum(r["accepted"] for r in of) / drafted if drafted else None
-        alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
-        decode_alone = sum(alone[r["clip"]]["decode_seconds"] for r in short_english)
-        decode_mine = sum(r["decode_seconds"] for r in short_english)
-        costs = {
-            kind: drafting_costs([r for r in mine if r["long_form"] == long_form], alone)
-            for kind, long_form in (("short", False), ("long_form", True))
-        }
-        # where the draft did not run, the request is the target alone's: 1.0
-        chosen = {"short": short_english, "long_form": list(long.values())}
-        ceilings = {
-            kind: [
-                request_ceiling(alone[r["clip"]], costs[kind]["decode_ceiling"]) if r["drafted"] else 1.0
-                for r in chosen[kind]
-            ]
-            for kind in costs
-            if costs[kind]
-        }
+        theirs = {t: [r for r in rows if r["configuration"] == f"faster-whisper {t}" and r["long_form"]]
+                  for t in COMPUTE_TYPES}  # fmt: skip
+        languages = {r["clip_language"]: [o for o in mine if o["clip_language"] == r["clip_language"]]
+                     for r in mine}  # fmt: skip
+        costs = {kind: drafting_costs([r for r in mine if r["long_form"] == (kind == "long_form")], alone)
+                 for kind in ("short", "long_form")}  # fmt: skip
         found[draft] = {
-            "short_english_median_ratio": median_or_none(english),
-            # the decode phase alone, summed over the short English clips (the warm decode-only figure)
-            "short_english_decode_ratio": decode_alone / decode_mine if decode_mine else None,
-            "non_english_min_ratio": min(other) if other else None,
-            "long_form_ratio": median_or_none([r["ratio"] for r in long.values()]),
-            "long_form_vs_faster_whisper": against,
-            "acceptance_by_language": acceptance,
+            "short_english_median_ratio": median([r["ratio"] for r in short]) if short else None,
+            # the decode phase alone, the target alone's over ours, summed over the short English clips
+            "short_english_decode_ratio": harness.ratio(*(sum(r["decode_seconds"] for r in of) for of in
+                                                          ([alone[r["clip"]] for r in short], short))),
+            "non_english_min_ratio": min(other, default=None),
+            "long_form_ratio": median([r["ratio"] for r in long.values()]) if long else None,
+            "long_form_vs_faster_whisper": {
+                t: median(r["median_seconds"] / long[r["clip"]]["median_seconds"] for r in of)
+                for t, of in theirs.items() if of and long},
+            "acceptance_by_language": {
+                language: harness.ratio(sum(r["accepted"] for r in of), sum(r["drafted"] for r in of))
+                for language, of in languages.items()},
             "drafting_costs": {kind: figures for kind, figures in costs.items() if figures},
-            # whole requests with every token accepted, at these costs (the short clips' pooled over every
-            # language drafted): the median over the short English clips and over the long-form ones
-            # (`request_ceiling`); None where no clip of that length was drafted
+            # `kinds`' whole requests with every token accepted at these costs (`request_ceiling`); 1.0 where
+            # the draft did not run (the target alone's request); None where none of the kind was drafted
             "ceiling_ratio": {
-                "short_english": median_or_none(ceilings.get("short")),
-                "long_form": median_or_none(ceilings.get("long_form")),
-            },
-        }
+                kind: median([request_ceiling(alone[r["clip"]], costs[cost]["decode_ceiling"])
+                              if r["drafted"] else 1.0 for r in of]) if costs[cost] and of else None
+                for (kind, of), cost in zip(chosen.items(), ("short", "long_form"), strict=True)},
+        }  # fmt: skip
     return found
 
 
 def free_decode_bound(rows: list[dict]) -> dict[str, float | None]:
-    """What no draft can pass, whatever it costs and however often it is right: whole requests with a decode
-    taking no time (audio, features and encoder as the target alone's), the median over the short clips
-    heard as English and over the long-form ones; None where there were none."""
-    alone = [r for r in rows if r["configuration"] == TARGET_ALONE]
-    short = [request_ceiling(r, math.inf) for r in alone if r["clip_language"] == "en" and not r["long_form"]]
-    long = [request_ceiling(r, math.inf) for r in alone if r["long_form"]]
-    return {"short_english": median_or_none(short), "long_form": median_or_none(long)}
-
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+    """What no draft can pass: `kinds`' medians of the target alone's requests with no time decoding."""
+    alone = kinds([r for r in rows if r["configuration"] == TARGET_ALONE])
+    return {kind: median([request_ceiling(r, float("inf")) for r in of]) if of else None
+            for kind, of in alone.items()}  # fmt: skip
 
 
 def request_ceiling(alone: dict, decode_ceiling: float) -> float:
-    """How many times faster than the target alone a whole request could be with every drafted token
-    accepted: its audio, features and encoder as they are (the same both ways), its decode `decode_ceiling`
-    times as fast; alone: the target alone's row for the clip."""
+    """How many times faster than the target alone (alone: its row for the clip) a whole request could be
+    with its audio, features and encoder as they are and its decode `decode_ceiling` times as fast."""
     total, decode = alone["median_seconds"], alone["decode_seconds"]
     return total / (total - decode + decode / decode_ceiling)
 
 
 def drafting_costs(mine: list[dict], alone: dict[str, dict]) -> dict | None:
-    """What a drafted token costs, in passes of the target alone (its verify seconds per pass on the same
-    clips), over the clips where the draft ran: `draft`, the draft's seconds per drafted token; `verify`,
-    what each drafted token adds to a verify pass. A token drafted alone pays when it is accepted more
-    often than draft + verify (`break_even_acceptance`); with every token accepted, k tokens a pass decode
-    at most (k + 1) / (1 + k (draft + verify)) times as fast as the target alone (`decode_ceiling`, k =
-    DecodeOptions' max_draft_tokens): the bound on decode speed-up that no acceptance can pass."""
-    drafted = [r for r in mine if r["drafted"]]
-    if not drafted:
+    """A drafted token's cost where the draft ran, in passes of the target alone: `draft`, the draft's
+    seconds; `verify`, what it adds to a verify pass. It pays above acceptance draft + verify; all accepted,
+    k = max_draft_tokens a pass decode at most (k + 1) / (1 + k (draft + verify)) times as fast."""
+    if not (drafted := [r for r in mine if r["drafted"]]):
         return None
     theirs = [alone[r["clip"]] for r in drafted]
     pass_alone = sum(r["verify_seconds"] for r in theirs) / sum(r["target_passes"] for r in theirs)
     tokens, passes = sum(r["drafted"] for r in drafted), sum(r["target_passes"] for r in drafted)
     draft = sum(r["draft_seconds"] for r in drafted) / tokens / pass_alone
     verify_pass = sum(r["verify_seconds"] for r in drafted) / passes
-    verify = (verify_pass - pass_alone) / (tokens / passes) / pass_alone
-    k = DecodeOptions().max_draft_tokens
-    return {
-        "target_pass_seconds": pass_alone, "draft": draft, "verify": verify,
-        "break_even_acceptance": draft + verify,
-        "decode_ceiling": (k + 1) / (1 + k * (draft + verify)),
-    }  # fmt: skip
+    verify, k = (verify_pass - pass_alone) / (tokens / passes) / pass_alone, DecodeOptions().max_draft_tokens
+    return {"target_pass_seconds": pass_alone, "draft": draft, "verify": verify, "break_even_acceptance":
+            draft + verify, "decode_ceiling": (k + 1) / (1 + k * (draft + verify))}  # fmt: skip
 
 
 def table(rows: list[dict], configs: list[Config]) -> str:
-    """Clips down, configurations across: median seconds and ratio to the target alone."""
-    names = [config.name for config in configs]
-    lines = [
-        f"| clip | lang | audio s | {' | '.join(names)} | speculative = target alone |",
-        "|---|---|---|" + "---|" * len(names) + "---|",
-    ]
+    """Clips down, configurations across (median seconds, ratio to the target alone, α); the target alone's
+    WER and its identity with generate(), each speculative output's with the target alone's."""
+    lines = []
     for clip in dict.fromkeys(row["clip"] for row in rows):
         mine = {row["configuration"]: row for row in rows if row["clip"] == clip}
-        first = mine[TARGET_ALONE]
-        cells = []
-        for name in names:
-            row = mine[name]
+        line = dict(mine[TARGET_ALONE], clip=clip + (" (long)" if mine[TARGET_ALONE]["long_form"] else ""))
+        for name, row in mine.items():
             ratio = "" if name == TARGET_ALONE else f" {row['ratio']:.2f}x"
             alpha = "" if row["acceptance_rate"] is None else f" α {row['acceptance_rate']:.2f}"
             alpha = " no drafts" if row["draft"] and row["drafted"] == 0 else alpha
-            other = "" if row["same_text"] else " *"
-            cells.append(f"{row['median_seconds']:.2f} s{ratio}{alpha}{other}")
+            line[name] = f"{row['median_seconds']:.2f} s{ratio}{alpha}{'' if row['same_text'] else ' *'}"
         differ = [name for name, row in mine.items() if row["identical"] is False]
-        verdict = "NO: " + ", ".join(differ) if differ else "yes"
-        long = " (long)" if first["long_form"] else ""
-        lines.append(
-            f"| {clip}{long} | {first['clip_language']} | {first['audio_seconds']:.1f} | {' | '.join(cells)} "
-            f"| {verdict} |"
-        )
+        verdict, generate = f"NO: {', '.join(differ)}" if differ else "yes", line["same_as_generate"]
+        lines.append(line | {"generate": {True: "yes", False: "NO"}.get(generate), "verdict": verdict})
+    columns = [("clip", "clip", ""), ("lang", "clip_language", ""), ("audio s", "audio_seconds", ".1f"),
+               *[(c.name, c.name, "") for c in configs], ("WER", "wer", ".1%"), ("target alone = generate()",
+               "generate", ""), ("speculative = target alone", "verdict", "")]  # fmt: skip
     notes = "* text other than the target alone's; α: acceptance rate; no drafts: the draft did not run"
-    return "\n".join(lines) + f"\n({notes})"
+    return harness.table(lines, columns, markdown=True) + f"\n({notes})"
 
 
-def _times(value: float | None) -> str:
-    """A ratio as the summary prints it ("-": none)."""
-    return "-" if value is None else f"{value:.2f}x"
+def flat(figures: dict, prefix: str = "") -> dict:
+    """Nested figures on one level, their keys joined ("drafting_costs short draft")."""
+    found = {}
+    for key, value in figures.items():
+        found |= flat(value, f"{prefix}{key} ") if isinstance(value, dict) else {f"{prefix}{key}": value}
+    return found
 
 
-def free_decode_line(bound: dict[str, float | None]) -> str:
-    """`free_decode_bound`'s figures, as the summary prints them."""
-    return (
-        f"any draft, even a free one always right: a whole request at most short English median "
-        f"{_times(bound['short_english'])} / long-form {_times(bound['long_form'])} (a decode taking no "
-        "time; the encoder as it is)"
-    )
-
-
-def summary_lines(found: dict[str, dict]) -> list[str]:
-    lines = []
-    for draft, figures in found.items():
-        against = ", ".join(f"{t} {_times(v)}" for t, v in figures["long_form_vs_faster_whisper"].items())
-        acceptance = ", ".join(
-            f"{language} {'(no drafts)' if rate is None else f'{rate:.2f}'}"
-            for language, rate in figures["acceptance_by_language"].items()
-        )
-        lines.append(
-            f"{draft}: short English median {_times(figures['short_english_median_ratio'])} (decode only "
-            f"{_times(figures['short_english_decode_ratio'])}), non-English min "
-            f"{_times(figures['non_english_min_ratio'])}, long-form {_times(figures['long_form_ratio'])}"
-            f"{f' (faster-whisper s / ours: {against})' if against else ''}; acceptance {acceptance}"
-        )
-        ceiling = figures["ceiling_ratio"]
-        if ceiling["short_english"] or ceiling["long_form"]:
-            lines.append(
-                f"  with every token accepted, at the costs below, a whole request would be at most: short "
-                f"English median {_times(ceiling['short_english'])}, long-form {_times(ceiling['long_form'])}"
-            )
-        for kind, costs in figures["drafting_costs"].items():
-            lines.append(
-                f"  {kind.replace('_', '-')} clips: a drafted token costs {costs['draft']:.2f} (draft) + "
-                f"{costs['verify']:.2f} (verify) of a target pass ({1e3 * costs['target_pass_seconds']:.1f} "
-                f"ms): pays above acceptance {costs['break_even_acceptance']:.2f}; decode at most "
-                f"{_times(costs['decode_ceiling'])} with every token accepted"
-            )
-    return lines
+def summary_table(found: dict[str, dict], bound: dict[str, float | None]) -> str:
+    """`summary`'s figures down (the free-decode bound last: the same for every draft), the drafts across."""
+    figures = {draft: flat({**of, "free_decode_bound": bound}) for draft, of in found.items()}
+    lines = [{"figure": key.replace("_", " "), **{draft: of.get(key) for draft, of in figures.items()}}
+             for key in dict.fromkeys(key for of in figures.values() for key in of)]  # fmt: skip
+    columns = [("per draft", "figure", "<"), *[(draft, draft, ".3g") for draft in found]]
+    return harness.table(lines, columns, markdown=True)
 
 
 def figure(rows: list[dict], configs: list[Config], title: str) -> plots.go.Figure:
-    """Ratio to the target alone per clip: a bar per draft, faster-whisper as markers, a line at 1.0."""
-    traces = []
-    for colour, config in zip(plots.COLOURS, [c for c in configs if c.name != TARGET_ALONE], strict=False):
-        mine = [row for row in rows if row["configuration"] == config.name]
-        x, y = [row["clip"] for row in mine], [row["ratio"] for row in mine]
-        traces.append(
-            plots.bar(x, y, f"speculative, draft {config.draft}", marker={"color": colour}) if config.draft
-            else plots.scatter(x, y, config.name, mode="markers", marker={"size": 11})
-        )  # fmt: skip
+    """Ratio to the target alone per clip, a bar per configuration, a line at 1.0."""
+    mine = {c.name: [row for row in rows if row["configuration"] == c.name] for c in configs[1:]}
+    traces = [plots.bar([r["clip"] for r in of], [r["ratio"] for r in of], name) for name, of in mine.items()]
     axes = [{"y": {"title_text": "x the target alone, end to end (median)"}}]
     return plots.figure(title, {"": traces}, axes, one_line=[1], barmode="group")
 
 
-def describe(model) -> str:
-    """What a configuration runs: the pair's names and sources, or faster-whisper's model."""
-    if not isinstance(model, SpeculativeWhisper):
-        return f"faster-whisper {type(model).__name__}"
-    target, draft = model.pair.target, model.pair.draft
-    found = f"{target.name} ({target.source})"
-    return found if draft is None else f"{found} <- {draft.name} ({draft.source})"
-
-
 def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
-    """Run the benchmark, print the table and the summary, write the JSON (and the HTML beside it)."""
+    """Run the benchmark, print the tables, write the JSON (and the HTML beside it)."""
     record = Record(command, options)
-    log = record.log
     harness.quiet_transformers()
-    chosen = clips(options)
-    models, configs = load_models(options)
-    note = "faster-whisper: left out (its weights are the bundled base's)"
+    chosen, models = clips(options), load_models(options)
+    configs, note = list(models), "faster-whisper: left out (its weights are the bundled base's)"
     with tempfile.TemporaryDirectory() as folder:
-        warm_up = warm_up_clip(chosen, Path(folder))
-        calls = measure(configs, models, chosen, options.repeats, warm_up, log)
+        parts = [load_audio(clip.path, max_seconds=None)[:WARM_UP_SAMPLES] for clip in chosen[:2]]
+        soundfile.write(warm_up := Path(folder) / "warm-up.wav", np.concatenate(parts), SAMPLE_RATE)
+        calls = measure(models, chosen, options.repeats, warm_up, record.log)
         if options.target == "base":
-            wanted, threads = options.faster_whisper, torch.get_num_threads()
-            fw_configs, fw_calls, note = harness.in_child(
-                measure_faster_whisper, wanted, chosen, warm_up, options.repeats, threads
-            )
-            configs, calls = configs + fw_configs, {**calls, **fw_calls}
-            log(f"{note}: timed in a child process")
-    rows = rows_of(configs, chosen, calls)
-    found = summary(rows, [config.draft for config in configs if config.draft])
-    print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n")
-    print(table(rows, configs), "\n")
-    print("\n".join(summary_lines(found)))
-    bound = free_decode_bound(rows)
-    print(free_decode_line(bound))
-    differ = [f"{row['clip']} {row['configuration']}" for row in rows if row["identical"] is False]
-    record.verdict(differ, "every speculative output equals the target alone's")
+            found = harness.in_child(measure_faster_whisper, options.faster_whisper, chosen, warm_up,
+                                     options.repeats, torch.get_num_threads())  # fmt: skip
+            configs, calls, note = configs + found[0], {**calls, **found[1]}, found[2]
+            record.log(f"{note}: timed in a child process")
+    rows = rows_of(configs, chosen, calls, models[Config(TARGET_ALONE)])
+    found, bound = summary(rows, [c.draft for c in configs if c.draft]), free_decode_bound(rows)
+    print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n", table(rows, configs),
+          "", summary_table(found, bound), sep="\n")  # fmt: skip
+    differ = [f"{row['clip']} {row['configuration']}" for row in rows
+              if False in (row["identical"], row["same_as_generate"])]  # fmt: skip
+    same = "every speculative output equals the target alone's, and on the short clips generate()'s"
+    record.verdict(differ, same)
     record.update(
-        models={name: describe(model) for name, model in models.items()},  # ours; faster-whisper: note
+        models={c.name: " <- ".join(f"{m.name} ({m.source})" for m in (model.pair.target, model.pair.draft)
+                                    if m is not None) for c, model in models.items()},
         faster_whisper=note, rows=rows, summary=found,
         free_decode_bound=bound,  # read off the target alone's rows: one for every draft
     )  # fmt: skip
