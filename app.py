@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from specdec.options import COMPUTE_TYPES, DEFAULT_COMPUTE_TYPE
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -33,6 +35,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--draft", action="append", help="allowed draft for --target (repeat)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default=os.environ.get("SPECDEC_COMPUTE_TYPE", DEFAULT_COMPUTE_TYPE),
+        help="what the targets' encoders compute in on a CPU, for the page and /v1 alike (auto: bfloat16 "
+        "where the CPU runs it natively; or set SPECDEC_COMPUTE_TYPE)",
+    )
     parser.add_argument(
         "--max-seconds",
         type=float,
@@ -198,7 +207,7 @@ def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
     else:
         store = ModelStore(pairs_by_device(args.device), args.device)
     store.warm_up = not ON_ZERO_GPU
-    store.max_seconds = args.max_seconds
+    store.max_seconds, store.compute_type = args.max_seconds, args.compute_type
     try:  # on ZeroGPU every pair loads now: the GPU worker is forked per call and keeps nothing
         for label in store.pairs if ON_ZERO_GPU else [store.default_pair]:
             MODEL_THREAD.submit(store.whisper, label).result()  # where the jobs will run (jobs.py)

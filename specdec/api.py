@@ -13,13 +13,13 @@ import torch
 
 from specdec import longform, subtitles
 from specdec.audio import MAX_LONG_SECONDS, SAMPLE_RATE, AudioError, AudioSource, load_audio
-from specdec.engine import kernels, replay
+from specdec.engine import compute_types, kernels, replay
 from specdec.engine.fast_draft import tune_draft
 from specdec.engine.windows import MakeDrafter, decode_clips
 from specdec.longform.chunked import CHUNK_BATCH_SIZE, decode_chunked
 from specdec.longform.sequential import decode_sequential
 from specdec.longform.speech import decode_speech
-from specdec.options import DecodeOptions, SpeculativeConfig, TranscribeOptions
+from specdec.options import DEFAULT_COMPUTE_TYPE, DecodeOptions, SpeculativeConfig, TranscribeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper import word_times
 from specdec.whisper.features import pair_features
@@ -53,6 +53,7 @@ class Transcription:
     result: DecodeResult
     segments: tuple[subtitles.Cue, ...] | None = None  # in seconds of the whole file; None: no timestamps
     words: tuple[Word, ...] | None = None  # timed words (word_timestamps=True), in seconds of the whole file
+    compute_type: str = "float32"  # what the target's encoder computed in (`engine.compute_types`)
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -60,8 +61,9 @@ class Transcription:
 
     @property
     def stats(self) -> dict:
-        """The decoding's statistics (`DecodeResult.stats`: acceptance, tokens per pass, seconds, ...)."""
-        return self.result.stats()
+        """The decoding's statistics (`DecodeResult.stats`: acceptance, tokens per pass, seconds, ...) and
+        the compute type."""
+        return {**self.result.stats(), "compute_type": self.compute_type}
 
     @property
     def lossless(self) -> bool:
@@ -92,7 +94,7 @@ class Transcription:
         segments = None if self.segments is None else [dataclasses.asdict(cue) for cue in self.segments]
         words = None if self.words is None else [dataclasses.asdict(word) for word in self.words]
         found = {"audio": self.audio, "text": self.text, **self.result.to_dict(), "segments": segments}
-        return {**found, "words": words}
+        return {**found, "words": words, "stats": self.stats}
 
     def to_srt(self, by_word: bool = False) -> str:
         """SubRip subtitles, a cue per segment (needs timestamps: `subtitles.NoTimestamps` otherwise), or
@@ -158,6 +160,7 @@ class SpeculativeWhisper:
         draft_settings: DraftSettings | None = None,
         config: SpeculativeConfig | None = None,
         cuda_graphs: bool = True,
+        compute_type: str = DEFAULT_COMPUTE_TYPE,
     ) -> None:
         """Load both models (hub ids, short names such as 'tiny', local or CTranslate2 folders) and validate
         the pair. "auto": whisper-base with its self-draft on a CPU (real weights shipped in packages),
@@ -172,14 +175,18 @@ class SpeculativeWhisper:
         acceptance_threshold, temperature, use_adaptive_gamma); None: exact, greedy, adaptive k.
         cuda_graphs: on CUDA, decode in fixed shapes, each decoder step replayed as a CUDA graph (the same
         output; `engine.replay`, undone by `replay.disable(model)`): one row's steps are captured here
-        (`warm_up`), those of more rows on first use. Elsewhere nothing changes."""
+        (`warm_up`), those of more rows on first use. Elsewhere nothing changes.
+        compute_type: what the target's encoder computes in on a CPU, as faster-whisper names it: "default"
+        (as loaded: float32; on CUDA float16), "float32", "bfloat16", "int8" or "auto" (bfloat16 where the
+        CPU runs it natively); the speculative output is the target alone's and generate()'s on the same
+        model in each (`engine.compute_types`)."""
         self.defaults = _defaults(config)
         self.pair = load_pair(final_model, draft_model, device=device, dtype=dtype)
         if packed_kernels:
             for model in (self.pair.target, self.pair.draft):
                 if model is not None:
                     kernels.pack(model.model)
-        self.pair = tune_draft(self.pair, draft_settings)
+        self.pair = compute_types.apply(tune_draft(self.pair, draft_settings), compute_type)
         models = [loaded.model for loaded in (self.pair.target, self.pair.draft) if loaded is not None]
         if cuda_graphs and any([replay.enable(model) for model in models]):
             self.warm_up()  # captures one row's steps
@@ -314,7 +321,8 @@ class SpeculativeWhisper:
         if result.token_spans is not None:
             tokenizer = self.pair.target.processor.tokenizer
             words = word_times.words(tokenizer, result.token_ids, result.token_spans, result.language)
-        return Transcription(name, self.decode_text(result.token_ids), result, segments, words)
+        text = self.decode_text(result.token_ids)
+        return Transcription(name, text, result, segments, words, self.pair.compute_type)
 
     def _segment_text(self, token_ids: Sequence[int]) -> str:
         """A segment's text as decoded, its leading space kept, so that the segments join into the text."""

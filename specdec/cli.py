@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 # torch, transformers, Ray and the models when it runs.
 from specdec.corpus.command import add_corpus_parser, run_corpus_command
 from specdec.distill.command import add_distill_parser, run_distill_command
-from specdec.options import TranscribeOptions
+from specdec.options import COMPUTE_TYPES, DEFAULT_COMPUTE_TYPE, TranscribeOptions
 from specdec.request import (
     add_model_arguments,
     add_option_arguments,
@@ -141,6 +141,14 @@ def _device_argument(command: argparse.ArgumentParser) -> None:
         "--device", type=device_name, default="auto", help="auto (default), cpu, cuda or cuda:N (as the app)"
     )
     command.add_argument(
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default=DEFAULT_COMPUTE_TYPE,
+        help="what the target's encoder computes in on a CPU, as faster-whisper names it (default: as "
+        "loaded, float32; auto: bfloat16 where the CPU runs it natively); speculation gives the target "
+        "alone's output in each",
+    )
+    command.add_argument(
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -163,7 +171,9 @@ def _load_pair(args: argparse.Namespace) -> SpeculativeWhisper:
     pick_device(args.device)
     pair = sys.modules[__name__].SpeculativeWhisper  # this module's attribute: see __getattr__
     graphs = getattr(args, "cuda_graphs", True)
-    return pair(draft_model=args.draft, final_model=args.target, device=args.device, cuda_graphs=graphs)
+    compute_type = getattr(args, "compute_type", DEFAULT_COMPUTE_TYPE)
+    return pair(draft_model=args.draft, final_model=args.target, device=args.device, cuda_graphs=graphs,
+                compute_type=compute_type)  # fmt: skip
 
 
 def _import_ct2(args: argparse.Namespace) -> int:

@@ -15,6 +15,11 @@ import numpy as np
 
 TASKS = ("transcribe", "translate")
 LONG_FORM_MODES = ("sequential", "chunked")
+# what a CPU pair's target encoder computes in, as faster-whisper names it (`engine.compute_types`); a
+# load-time choice (SpeculativeWhisper, the commands' and the app's --compute-type), not a request's
+# ("default": as loaded, float32 on a CPU and float16 on CUDA; "auto": the fastest this CPU runs natively)
+COMPUTE_TYPES = ("default", "auto", "float32", "bfloat16", "int8")
+DEFAULT_COMPUTE_TYPE = "default"  # docs/models.md: how each compares
 # (fraction done in [0, 1], a short message); long-form decoding calls it as the work advances
 Progress = Callable[[float, str], None]
 # Whisper's own values of generate()'s no-speech rule (openai-whisper's transcribe() defaults)

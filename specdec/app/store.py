@@ -18,8 +18,9 @@ from transformers import GenerationConfig
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specdec.api import SpeculativeWhisper
-from specdec.engine import kernels
+from specdec.engine import compute_types, kernels
 from specdec.engine.fast_draft import tune_draft
+from specdec.options import DEFAULT_COMPUTE_TYPE
 from specdec.whisper.models import (
     SELF_DRAFT,
     LoadedModel,
@@ -99,6 +100,7 @@ class ModelStore:
     device: str = "auto"
     warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
     max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
+    compute_type: str = DEFAULT_COMPUTE_TYPE  # what each pair's target encoder computes in (on a CPU)
     _models: dict[str, LoadedModel] = field(default_factory=dict)
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
     max_listeners: int = 2  # Live recordings decoded at once; the next page is told the view is busy
@@ -157,8 +159,8 @@ class ModelStore:
                 draft = self._model(draft_name, device, dtype)
             # the draft runs as SpeculativeWhisper runs it by default (on a CPU: int8, restricted vocabulary,
             # lean step, pooled frames); the page's timings are then what the package and the CLI give
-            pair = make_pair(target, draft)
-            whisper = SpeculativeWhisper.from_pair(tune_draft(pair))
+            pair = compute_types.apply(tune_draft(make_pair(target, draft)), self.compute_type)
+            whisper = SpeculativeWhisper.from_pair(pair)
         except PairError as error:
             names = f"{shown_name(target_name)} and {shown_name(draft_name)}"
             message = f"Could not load the models {names}. {OFFLINE_HINT}"
@@ -229,10 +231,9 @@ def store_summary(store: ModelStore) -> str:
     if whisper is None:
         return f"Models: {store.default_pair} (not loaded yet)"
     target, draft = whisper.pair.target, whisper.pair.draft
-    parameter = next(target.model.parameters())
     return (
-        f"Target {model_summary(target)} ← draft {model_summary(draft)}; on {parameter.device}, "
-        f"{str(parameter.dtype).removeprefix('torch.')}."
+        f"Target {model_summary(target)} ← draft {model_summary(draft)}; on {target.model.device}, "
+        f"{whisper.pair.compute_type}."
     )
 
 

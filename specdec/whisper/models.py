@@ -107,6 +107,7 @@ class ModelPair:
     vocabulary: VocabularyMap | None
     draft_settings: DraftSettings = DraftSettings()  # how `draft` runs
     plain_draft: LoadedModel | None = None  # the draft as loaded, when `draft` is a tuned copy of it
+    compute_type: str = "float32"  # what the target's encoder computes in (`engine.compute_types`)
 
     @property
     def english_only_draft(self) -> bool:
