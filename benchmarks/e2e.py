@@ -45,13 +45,17 @@ class E2eBenchOptions:
     repeats: int = 5  # rounds: every configuration decodes every clip once per round, order rotated
     target: str = "base"  # the target; faster-whisper runs only beside the bundled base
     faster_whisper: bool = True  # time faster-whisper float32 and int8 too when it is installed
+    # ours in each of these compute types (comma-separated; `SpeculativeWhisper(compute_type=)`): the first
+    # is the reference every ratio is to; each speculative output is checked against its own type's
+    compute_types: str = "default"
 
 
 @dataclass(frozen=True)
 class Config:
     name: str
     draft: str | None = None  # specdec speculative: the draft's name
-    compute_type: str = ""  # faster-whisper: "float32" or "int8"
+    compute_type: str = "default"  # ours: `SpeculativeWhisper(compute_type=)`; faster-whisper: its own
+    faster_whisper: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,22 +86,38 @@ def clips(options: E2eBenchOptions) -> list[Clip]:
 
 
 def load_models(options: E2eBenchOptions) -> dict[Config, SpeculativeWhisper]:
-    """Each configuration of ours (each draft, then the target alone) and its SpeculativeWhisper."""
-    models = {}
-    for draft in split(options.drafts):
-        try:
-            models[Config(f"draft {draft}", draft)] = SpeculativeWhisper(draft, options.target, device="cpu")
-        except PairError as error:
-            raise SystemExit(f"e2e: the draft {draft!r} cannot draft for {options.target}: {error}") from None
-    alone = SpeculativeWhisper(draft_model=None, final_model=options.target, device="cpu")
-    return {Config(TARGET_ALONE): alone, **models}
+    """Each configuration of ours (per compute type: the target alone, then each draft) and its
+    SpeculativeWhisper; a compute type after the first names its own ("draft self bfloat16")."""
+    models, types = {}, split(options.compute_types)
+    for compute_type in types:
+        suffix = "" if compute_type == types[0] else f" {compute_type}"
+        loaded = {TARGET_ALONE + suffix: None, **{f"draft {d}{suffix}": d for d in split(options.drafts)}}
+        for name, draft in loaded.items():
+            try:
+                whisper = SpeculativeWhisper(draft, options.target, device="cpu", compute_type=compute_type)
+            except PairError as error:
+                message = f"e2e: the draft {draft!r} cannot draft for {options.target}: {error}"
+                raise SystemExit(message) from None
+            models[Config(name, draft, compute_type)] = whisper
+    return models
+
+
+def alone_of(config: Config, configs: list[Config]) -> Config:
+    """The target alone in the configuration's compute type (faster-whisper's: ours first)."""
+    if config.faster_whisper:
+        return configs[0]
+    return next(
+        c
+        for c in configs
+        if c.draft is None and not c.faster_whisper and c.compute_type == config.compute_type
+    )
 
 
 def measure_faster_whisper(wanted: bool, clips: list[Clip], warm_up: Path, repeats: int, threads: int):
     """faster-whisper timed as `measure` times ours, in a child process: its configs, calls and a note."""
     torch.set_num_threads(threads)
     fw_models, note = faster_whisper_models(wanted)
-    models = {Config(f"faster-whisper {kind}", compute_type=kind): model for kind, model in fw_models.items()}
+    models = {Config(f"faster-whisper {kind}", None, kind, True): model for kind, model in fw_models.items()}
     return list(models), measure(models, clips, repeats, warm_up, lambda _: None) if models else {}, note
 
 
@@ -106,7 +126,7 @@ def measure(models: dict, clips: list[Clip], repeats: int, warm_up: Path, log) -
 
     def call(config: Config, path: Path, long: bool) -> dict:  # the file's path in, its transcript out
         model, speculative = models[config], config.draft is not None
-        if config.compute_type:
+        if config.faster_whisper:
             found, seconds = harness.timed(lambda: faster_whisper_transcribe(model, str(path), long=long))
             return {"seconds": seconds, "text": found[0], "language": found[1], "token_ids": None}
         (found,), seconds = harness.timed(lambda: model.transcribe(str(path), return_stats=True,
@@ -119,36 +139,40 @@ def measure(models: dict, clips: list[Clip], repeats: int, warm_up: Path, log) -
                           log=log)  # fmt: skip
 
 
-def rows_of(configs: list[Config], clips: list[Clip], calls: dict, target: SpeculativeWhisper) -> list[dict]:
-    """One row per (clip, configuration): medians, ratio to the target alone, acceptance, WER, identity
-    (with generate()'s on the short clips, called once, untimed; faster-whisper's text: its ids differ)."""
+def rows_of(configs: list[Config], clips: list[Clip], calls: dict, models: dict) -> list[dict]:
+    """One row per (clip, configuration): medians, ratios to the target alone (the first compute type's,
+    and its own type's), acceptance, WER, identity with its type's target alone and, on the short clips,
+    with generate()'s on that model (called once, untimed; faster-whisper's text only: its ids differ)."""
     rows = []
     for clip in clips:
-        alone, reference = calls[(Config(TARGET_ALONE), clip)], clip.path.with_suffix(".txt")
+        first, reference = calls[(configs[0], clip)], clip.path.with_suffix(".txt")
         waveform = None if clip.long else load_audio(clip.path, max_seconds=None)
-        generated = None if clip.long else generate_waveform(target, waveform, None)[0]
+        targets = [c for c in configs if c.draft is None and not c.faster_whisper]
+        generated = {} if clip.long else {c: generate_waveform(models[c], waveform, None)[0] for c in targets}
         for config in configs:
-            mine, ours = calls[(config, clip)], not config.compute_type
-            first, seconds = mine[0], median(c["seconds"] for c in mine)
+            mine, ours, own = calls[(config, clip)], not config.faster_whisper, alone_of(config, configs)
+            alone, seconds = calls[(own, clip)], median(c["seconds"] for c in mine)
             rows.append({
-                "clip": clip.name, "path": str(clip.path), "language": first["language"],
-                "clip_language": alone[0]["language"],  # the target's detection
+                "clip": clip.name, "path": str(clip.path), "language": mine[0]["language"],
+                "clip_language": first[0]["language"],  # the target's detection
                 "audio_seconds": round(clip.seconds, 2), "long_form": clip.long, "configuration": config.name,
                 "kind": "specdec" if ours else "faster-whisper", "draft": config.draft,
-                "median_seconds": seconds, "all_seconds": [c["seconds"] for c in mine],
-                "ratio": median(c["seconds"] for c in alone) / seconds,
+                "compute_type": config.compute_type, "median_seconds": seconds,
+                "all_seconds": [c["seconds"] for c in mine],
+                "ratio": median(c["seconds"] for c in first) / seconds,
+                "ratio_own_type": median(c["seconds"] for c in alone) / seconds,
                 # the decode phase alone (encoders excluded), the draft's and the verify passes' shares
                 **{key: median(c[key] for c in mine) if ours else None
                    for key in ("decode_seconds", "draft_seconds", "verify_seconds")},
-                "acceptance_rate": first.get("acceptance_rate"), "accepted": first.get("num_accepted"),
-                "drafted": first.get("num_drafted"), "target_passes": first.get("num_target_passes"),
-                "tokens_per_pass": first.get("tokens_per_pass"),
+                "acceptance_rate": mine[0].get("acceptance_rate"), "accepted": mine[0].get("num_accepted"),
+                "drafted": mine[0].get("num_drafted"), "target_passes": mine[0].get("num_target_passes"),
+                "tokens_per_pass": mine[0].get("tokens_per_pass"),
                 "identical": all(c["token_ids"] == alone[0]["token_ids"] for c in mine) if ours else None,
-                "same_as_generate": all(c["token_ids"] == generated for c in mine)
-                if ours and generated is not None else None,
-                "same_text": all(c["text"] == alone[0]["text"] for c in mine), "text": first["text"],
-                "wer": word_errors(reference.read_text(encoding="utf-8"), first["text"],
-                                   alone[0]["language"]).wer if reference.exists() else None,
+                "same_as_generate": all(c["token_ids"] == generated[own] for c in mine)
+                if ours and generated else None,
+                "same_text": all(c["text"] == first[0]["text"] for c in mine), "text": mine[0]["text"],
+                "wer": word_errors(reference.read_text(encoding="utf-8"), mine[0]["text"],
+                                   first[0]["language"]).wer if reference.exists() else None,
             })  # fmt: skip
     return rows
 
@@ -159,12 +183,14 @@ def kinds(rows: list[dict]) -> dict[str, list[dict]]:
             "long_form": [r for r in rows if r["long_form"]]}  # fmt: skip
 
 
-def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
-    """Per draft: `kinds`' ratios, the slowest other language, faster-whisper, acceptance, costs, ceilings."""
-    alone = {r["clip"]: r for r in rows if r["configuration"] == TARGET_ALONE}
+def summary(rows: list[dict], configs: list[Config]) -> dict[str, dict]:
+    """Per draft (and compute type after the first): `kinds`' ratios (to the first type's target alone and
+    its own type's), the slowest other language, faster-whisper, acceptance, costs, ceilings."""
     found = {}
-    for draft in drafts:
-        mine = [r for r in rows if r["draft"] == draft]
+    for config in [c for c in configs if c.draft]:
+        own = alone_of(config, configs).name
+        alone = {r["clip"]: r for r in rows if r["configuration"] == own}
+        mine = [r for r in rows if r["configuration"] == config.name]
         chosen = kinds(mine)
         short, long = chosen["short_english"], {r["clip"]: r for r in chosen["long_form"]}
         other = [r["ratio"] for r in mine if r["clip_language"] != "en"]
@@ -174,13 +200,15 @@ def summary(rows: list[dict], drafts: list[str]) -> dict[str, dict]:
                      for r in mine}  # fmt: skip
         costs = {kind: drafting_costs([r for r in mine if r["long_form"] == (kind == "long_form")], alone)
                  for kind in ("short", "long_form")}  # fmt: skip
-        found[draft] = {
+        found[config.name.removeprefix("draft ")] = {
             "short_english_median_ratio": median([r["ratio"] for r in short]) if short else None,
+            "short_english_own_type_ratio": median([r["ratio_own_type"] for r in short]) if short else None,
             # the decode phase alone, the target alone's over ours, summed over the short English clips
             "short_english_decode_ratio": harness.ratio(*(sum(r["decode_seconds"] for r in of) for of in
                                                           ([alone[r["clip"]] for r in short], short))),
             "non_english_min_ratio": min(other, default=None),
             "long_form_ratio": median([r["ratio"] for r in long.values()]) if long else None,
+            "long_form_own_type_ratio": median(r["ratio_own_type"] for r in long.values()) if long else None,
             "long_form_vs_faster_whisper": {
                 t: median(r["median_seconds"] / long[r["clip"]]["median_seconds"] for r in of)
                 for t, of in theirs.items() if of and long},
@@ -290,8 +318,8 @@ def run_and_report(options: E2eBenchOptions, out: Path, command: str) -> dict:
                                      options.repeats, torch.get_num_threads())  # fmt: skip
             configs, calls, note = configs + found[0], {**calls, **found[1]}, found[2]
             record.log(f"{note}: timed in a child process")
-    rows = rows_of(configs, chosen, calls, models[Config(TARGET_ALONE)])
-    found, bound = summary(rows, [c.draft for c in configs if c.draft]), free_decode_bound(rows)
+    rows = rows_of(configs, chosen, calls, models)
+    found, bound = summary(rows, configs), free_decode_bound(rows)
     print(f"\n{torch.get_num_threads()} threads, {options.repeats} rounds, medians\n", table(rows, configs),
           "", summary_table(found, bound), sep="\n")  # fmt: skip
     differ = [f"{row['clip']} {row['configuration']}" for row in rows

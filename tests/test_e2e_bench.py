@@ -17,6 +17,7 @@ import soundfile
 from benchmarks.__main__ import main
 from benchmarks.e2e import (
     TARGET_ALONE,
+    Config,
     E2eBenchOptions,
     clips,
     free_decode_bound,
@@ -58,13 +59,17 @@ def test_a_requests_ceiling_speeds_up_only_its_decode():
     assert request_ceiling(alone, 1e9) < 1 / 0.4
 
 
+CONFIGS = [Config(TARGET_ALONE), Config("draft d", "d")]
+
+
 def _row(clip: str, configuration: str, language: str, long: bool, seconds: float, drafted: int) -> dict:
     """A made-up row of the report: a request of `seconds`, half of it decoding; 10 target passes alone,
     4 with a draft that drafted `drafted` tokens."""
     alone = configuration == TARGET_ALONE
     return {
         "clip": clip, "configuration": configuration, "draft": None if alone else "d",
-        "clip_language": language, "long_form": long, "ratio": 1.0, "median_seconds": seconds,
+        "clip_language": language, "long_form": long, "ratio": 1.0, "ratio_own_type": 1.0,
+        "median_seconds": seconds,
         "decode_seconds": seconds / 2, "draft_seconds": 0.0 if alone else 0.01 * drafted,
         "verify_seconds": 0.1 if alone else 0.05, "target_passes": 10 if alone or not drafted else 4,
         "drafted": 0 if alone else drafted, "accepted": 0 if alone else drafted // 2,
@@ -76,7 +81,7 @@ def test_the_ceilings_take_short_english_and_long_clips_and_count_an_undrafted_o
     clips_ += [("long", "en", True, 4.0, 30)]
     rows = [_row(c, TARGET_ALONE, lang, long, s, 0) for c, lang, long, s, _ in clips_]
     rows += [_row(c, "draft d", lang, long, s, n) for c, lang, long, s, n in clips_]
-    found = summary(rows, ["d"])["d"]
+    found = summary(rows, CONFIGS)["d"]
     alone = {row["clip"]: row for row in rows if row["configuration"] == TARGET_ALONE}
     short, long = (found["drafting_costs"][kind]["decode_ceiling"] for kind in ("short", "long_form"))
     # short English: en-a at the short clips' ceiling (costs pooled with de-a), en-b undrafted at 1.0
@@ -89,7 +94,7 @@ def test_the_ceilings_take_short_english_and_long_clips_and_count_an_undrafted_o
     for row in german_only:
         if row["draft"] and row["clip_language"] == "en":
             row.update(drafted=0, accepted=0, target_passes=10)
-    assert summary(german_only, ["d"])["d"]["ceiling_ratio"] == {"short_english": 1.0, "long_form": None}
+    assert summary(german_only, CONFIGS)["d"]["ceiling_ratio"] == {"short_english": 1.0, "long_form": None}
 
 
 def test_the_bound_of_a_free_decode_is_the_target_alones_encoder_share():
@@ -135,6 +140,32 @@ def test_report_on_demo_models(demo_models, tmp_path):
     ]  # the noise may be heard in any language: only the long-form one is sure
     assert set(bound) == {"short_english", "long_form"} and bound["long_form"] is None
     assert report["identical"] and out.with_suffix(".html").exists()
+
+
+@pytest.mark.slow
+def test_each_compute_type_is_checked_against_its_own_target_alone(demo_models, tmp_path):
+    clip, out = tmp_path / "noise.wav", tmp_path / "e2e.json"
+    soundfile.write(
+        clip, (0.1 * np.random.default_rng(4).standard_normal(SAMPLE_RATE)).astype(np.float32), SAMPLE_RATE
+    )
+    draft = str(demo_models["draft-shared"])
+    code = main(
+        [
+            "e2e", "--target", str(demo_models["target"]), "--drafts", draft, "--clips", str(clip),
+            "--repeats", "1", "--no-faster-whisper", "--compute-types", "default,int8", "--out", str(out),
+        ]
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    rows = {row["configuration"]: row for row in report["rows"]}
+    assert code == 0 and list(rows) == [
+        "target alone",
+        f"draft {draft}",
+        "target alone int8",
+        f"draft {draft} int8",
+    ]
+    assert [row["compute_type"] for row in rows.values()] == ["default", "default", "int8", "int8"]
+    assert all(row["identical"] and row["same_as_generate"] for row in rows.values())
+    assert set(report["summary"]) == {draft, f"{draft} int8"}
 
 
 def test_a_draft_that_cannot_be_loaded_ends_with_its_message(demo_models, tmp_path):

@@ -15,6 +15,7 @@
                              replayed as a CUDA graph, installed only by an explicit `replay.enable`
         kernels              packed CPU weights, installed only by an explicit `kernels.pack`
         fast_draft           a cheaper draft (int8, a restricted vocabulary, audio-only encoding)
+        compute_types        the target's encoder in bfloat16 or int8 on a CPU (a converted copy)
       state                  a row, and the clock that numbers passes and encoder calls
       host                   numbers between the host and the device, read once a pass
       cancel                 a cancellation scope: a decoding stops at its next pass
