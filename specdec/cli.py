@@ -409,7 +409,8 @@ def text_report(speculative: Transcription, baseline: Transcription | None) -> s
     lines = [
         f"{speculative.audio} [{result.language}]: {text}",
         f"  speculative: {result.total_seconds:.2f} s, acceptance {rate}, "
-        f"{result.tokens_per_pass:.2f} tokens per target pass, {result.num_target_passes} target passes",
+        f"{result.tokens_per_pass:.2f} tokens per target pass, {result.num_target_passes} target passes"
+        + ("" if speculative.compute_type == "float32" else f", encoder in {speculative.compute_type}"),
     ]
     for word in speculative.words or ():
         lines.append(f"  [{word.start:6.2f} -> {word.end:6.2f}] {word.text.strip()}")
