@@ -1,14 +1,11 @@
 """Random-weight checkpoints with real Whisper architectures (large-v3, tiny, distil-large-v3), so that
-benchmark costs are real; nothing downloaded.
-
-The target's end-of-text and timestamp embedding rows are zero, so that every run decodes exactly
-`max_new_tokens` tokens in one window; distil-large-v3 shares the target's encoder.
-"""
+benchmark costs are real and nothing is downloaded. The target never ends or emits a timestamp, so that
+every run decodes exactly `max_new_tokens` tokens in one window; distil-large-v3 shares its encoder."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -30,56 +27,34 @@ FORMAT_VERSION = 1  # bump when the construction below changes, so that cached f
 
 # the hub configs' architecture fields (openai/whisper-large-v3, openai/whisper-tiny,
 # distil-whisper/distil-large-v3); heads are the same in encoder and decoder for all three
-LARGE_V3 = DemoModelSpec(
-    V3, num_mel_bins=128, encoder_layers=32, encoder_ffn_dim=5120, decoder_layers=32,
-    d_model=1280, attention_heads=20, decoder_ffn_dim=5120,
-)  # fmt: skip
-TINY = DemoModelSpec(
-    V2, num_mel_bins=80, encoder_layers=4, encoder_ffn_dim=1536, decoder_layers=4,
-    d_model=384, attention_heads=6, decoder_ffn_dim=1536,
-)  # fmt: skip
-DISTIL_LARGE_V3 = DemoModelSpec(
-    V3, num_mel_bins=128, encoder_layers=32, encoder_ffn_dim=5120, decoder_layers=2,
-    d_model=1280, attention_heads=20, decoder_ffn_dim=5120,
-)  # fmt: skip
+LARGE_V3 = DemoModelSpec(V3, num_mel_bins=128, encoder_layers=32, encoder_ffn_dim=5120, decoder_layers=32,
+                         d_model=1280, attention_heads=20, decoder_ffn_dim=5120)  # fmt: skip
+TINY = DemoModelSpec(V2, num_mel_bins=80, encoder_layers=4, encoder_ffn_dim=1536, decoder_layers=4,
+                     d_model=384, attention_heads=6, decoder_ffn_dim=1536)  # fmt: skip
+DISTIL_LARGE_V3 = replace(LARGE_V3, decoder_layers=2)
 
 
 @dataclass(frozen=True)
 class SizePreset:
-    """A target and its drafts, by name; the drafts' descriptions label the benchmark's tables."""
+    """A target and its drafts, by folder name."""
 
     target: str
-    drafts: dict[str, str]  # folder name -> description
+    drafts: tuple[str, ...]  # the tiny-size one (own encoder, other vocabulary), the distil-size one (shared)
 
 
 PRESETS = {
-    "small": SizePreset(
-        target="target",
-        drafts={
-            "draft-separate": "demo tiny-like draft (own encoder, other vocabulary)",
-            "draft-shared": "demo distil-like draft (shared encoder)",
-        },
-    ),
-    "large-v3": SizePreset(
-        target="large-v3",
-        drafts={
-            "tiny": "tiny-size draft (own encoder, other vocabulary)",
-            "distil-large-v3": "distil-size draft (shared encoder)",
-        },
-    ),
+    "small": SizePreset("target", ("draft-separate", "draft-shared")),  # specdec.whisper.demo's models
+    "large-v3": SizePreset("large-v3", ("tiny", "distil-large-v3")),
 }
-REAL_SPECS = {"large-v3": LARGE_V3, "tiny": TINY, "distil-large-v3": DISTIL_LARGE_V3}
 
 
 def bench_models(size: str, cache_dir: Path = DEFAULT_CACHE, seed: int = 0) -> dict[str, Path]:
     """Folders of the preset's target and drafts (target first), built once and cached under cache_dir."""
     if size not in PRESETS:
         raise ValueError(f"unknown size {size!r}; choose one of {', '.join(PRESETS)}")
-    preset = PRESETS[size]
-    folder = Path(cache_dir).expanduser() / f"{size}-seed{seed}"
-    stamp = folder / "complete.json"
+    preset, folder = PRESETS[size], Path(cache_dir).expanduser() / f"{size}-seed{seed}"
     names = [preset.target, *preset.drafts]
-    expected = {"version": FORMAT_VERSION, "names": names}
+    stamp, expected = folder / "complete.json", {"version": FORMAT_VERSION, "names": names}
     if not stamp.exists() or json.loads(stamp.read_text()) != expected:
         if size == "small":
             build_demo_models(folder, seed=seed)
@@ -91,17 +66,19 @@ def bench_models(size: str, cache_dir: Path = DEFAULT_CACHE, seed: int = 0) -> d
 
 def _build_real_size(folder: Path, seed: int) -> None:
     """Write large-v3, tiny and distil-large-v3 with random weights (one model in memory at a time)."""
-    tokenizers = {V3: build_tokenizer(V3), V2: build_tokenizer(V2)}
-    target = _random_model(LARGE_V3, tokenizers[V3], seed)
-    _silence_end_and_timestamps(target)
-    _save(target, LARGE_V3, tokenizers[V3], folder / "large-v3")
-    distil = _random_model(DISTIL_LARGE_V3, tokenizers[V3], seed + 1)
+    v3, v2 = build_tokenizer(V3), build_tokenizer(V2)
+    target = _random_model(LARGE_V3, v3, seed)
+    embeddings = target.model.decoder.embed_tokens.weight  # = the output rows: zero ones are never the argmax
+    with torch.no_grad():
+        embeddings[target.config.eos_token_id] = 0.0
+        embeddings[-NUM_TIMESTAMPS:] = 0.0
+    _save(target, LARGE_V3, v3, folder / "large-v3")
+    distil = _random_model(DISTIL_LARGE_V3, v3, seed + 1)
     distil.model.encoder.load_state_dict(target.model.encoder.state_dict())
-    del target
-    _save(distil, DISTIL_LARGE_V3, tokenizers[V3], folder / "distil-large-v3")
+    del target, embeddings
+    _save(distil, DISTIL_LARGE_V3, v3, folder / "distil-large-v3")
     del distil
-    tiny = _random_model(TINY, tokenizers[V2], seed + 2)
-    _save(tiny, TINY, tokenizers[V2], folder / "tiny")
+    _save(_random_model(TINY, v2, seed + 2), TINY, v2, folder / "tiny")
 
 
 def _random_model(spec: DemoModelSpec, tokenizer, seed: int) -> WhisperForConditionalGeneration:
@@ -111,14 +88,6 @@ def _random_model(spec: DemoModelSpec, tokenizer, seed: int) -> WhisperForCondit
         model = WhisperForConditionalGeneration(build_model_config(tokenizer, spec)).eval()
     model.generation_config = build_generation_config(tokenizer, spec)
     return model
-
-
-def _silence_end_and_timestamps(model: WhisperForConditionalGeneration) -> None:
-    """Zero the embedding (= output) rows of `<|endoftext|>` and the timestamps: never the argmax."""
-    embeddings = model.model.decoder.embed_tokens.weight
-    with torch.no_grad():
-        embeddings[model.config.eos_token_id] = 0.0
-        embeddings[-NUM_TIMESTAMPS:] = 0.0
 
 
 def _save(model: WhisperForConditionalGeneration, spec: DemoModelSpec, tokenizer, path: Path) -> None:

@@ -1,15 +1,13 @@
-"""Controlled acceptance, for benchmarks only: the real draft model runs, its proposals follow a plan.
-
-Random-weight models almost never agree, so agreement is planted: `ControlledDrafter`, an ordinary drafter
-in front of the real draft model (its cost paid in full), proposes the target's own token at a position
-where the seeded plan agrees and another token where not. transformers' assisted generation takes no
-drafter: `AssistantPlan` rewrites its assistant's logits instead.
-"""
+"""Controlled acceptance: random-weight models almost never agree, so agreement is planted. An ordinary
+drafter in front of the real draft model (its cost paid in full) proposes the target's own token where a
+seeded plan agrees and another where not; for assisted generation, which takes no drafter, a hook rewrites
+the assistant's logits."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,7 +19,6 @@ from specdec.engine.windows import MakeDrafter
 from specdec.options import DecodeOptions
 from specdec.trace import DecodeResult
 from specdec.whisper.models import ModelPair
-from specdec.whisper.vocabulary import VocabularyMap
 
 BOOST = 100.0  # logit margin of the planned token: draft probability ~1, above any confidence threshold
 
@@ -41,18 +38,13 @@ class AcceptancePlan:
 
 
 def make_plan(target_tokens: Sequence[Sequence[int]], alpha: float, seed: int = 0) -> AcceptancePlan:
-    """A plan over windows of target tokens, agreeing with probability alpha at each position.
-
-    Deterministic given the seed; target_tokens: per decoding window, the target-only run's tokens.
-    """
+    """A seeded plan over the target's tokens per window, agreeing with probability alpha at each position."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError("alpha must be in [0, 1]")
     generator = torch.Generator().manual_seed(seed)
-    agree = []
-    for window in target_tokens:
-        uniforms = torch.rand(len(window), generator=generator, dtype=torch.float64)
-        agree.append(tuple(bool(u < alpha) for u in uniforms))
-    return AcceptancePlan(tuple(tuple(window) for window in target_tokens), tuple(agree), alpha)
+    uniforms = [torch.rand(len(window), generator=generator, dtype=torch.float64) for window in target_tokens]
+    agree = tuple(tuple(bool(u < alpha) for u in window) for window in uniforms)
+    return AcceptancePlan(tuple(tuple(window) for window in target_tokens), agree, alpha)
 
 
 def judged(result: DecodeResult) -> list[tuple[int, int, bool]]:
@@ -68,12 +60,9 @@ def judged(result: DecodeResult) -> list[tuple[int, int, bool]]:
 
 
 def planted(options: DecodeOptions) -> DecodeOptions:
-    """The options to decode with under a plan: no stop on the draft model's own confidence.
-
-    A planted proposal is sure (its probabilities are the plan's one-hot rows), but the draft model
-    decides whether to draft another token before the plan replaces its choice, from its own
-    probability, which for random weights is almost never above `draft_confidence`: drafting would stop
-    after one token whatever the plan. (The draft model's own end-of-text still ends its proposal.)"""
+    """The options to decode with under a plan: no stop on the draft model's own confidence, which it
+    judges before the plan replaces its choice and which for random weights would stop drafting after
+    one token whatever the plan. (The draft model's own end-of-text still ends its proposal.)"""
     return dataclasses.replace(options, draft_confidence=0.0)
 
 
@@ -89,20 +78,13 @@ class ControlledDrafter:
 
     free = False
 
-    def __init__(
-        self, draft_model: Drafter, plans: list[AcceptancePlan], window: int, wrong: WrongToken
-    ) -> None:
-        self.draft_model = draft_model
-        self.plans = plans  # row b's plan
+    def __init__(self, draft: Drafter, plans: list[AcceptancePlan], window: int, wrong: WrongToken) -> None:
+        self.draft_model, self.plans, self.wrong = draft, plans, wrong  # plans[b]: row b's
         self.window = window  # the window these rows decode (the round of the seek loop)
-        self.wrong = wrong
 
     def propose(self, rows: Sequence[Row], num_draft_tokens: Sequence[int]) -> list[Proposal]:
         drafted = self.draft_model.propose(rows, num_draft_tokens)
-        return [
-            self._planned(row, plan, proposal)
-            for row, plan, proposal in zip(rows, self.plans, drafted, strict=True)
-        ]
+        return [self._planned(*each) for each in zip(rows, self.plans, drafted, strict=True)]
 
     def keep(self, rows: Sequence[int]) -> None:
         self.draft_model.keep(rows)
@@ -110,16 +92,12 @@ class ControlledDrafter:
 
     def _planned(self, row: Row, plan: AcceptancePlan, proposal: Proposal) -> Proposal:
         """The draft model's proposal with its tokens replaced by the plan's, as many as it drafted."""
-        planned = plan.target_tokens[self.window]
-        first = len(row.generated)
-        tokens = []
-        for i, drafted in enumerate(proposal.tokens):
-            if first + i >= len(planned):
-                break
-            target_token = planned[first + i]
-            tokens.append(
-                target_token if plan.agree[self.window][first + i] else self.wrong(drafted, target_token)
-            )
+        planned, agree, first = plan.target_tokens[self.window], plan.agree[self.window], len(row.generated)
+        positions = range(first, min(first + len(proposal.tokens), len(planned)))
+        tokens = [
+            planned[i] if agree[i] else self.wrong(drafted, planned[i])
+            for i, drafted in zip(positions, proposal.tokens, strict=False)
+        ]
         if not tokens:
             return Proposal([], None, proposal.source)
         probs = torch.zeros(len(tokens), proposal.draft_probs.shape[-1], device=proposal.draft_probs.device)
@@ -133,9 +111,8 @@ class WrongToken:
 
     def __init__(self, pair: ModelPair) -> None:
         config = pair.target.model.generation_config
-        self.text_tokens = (
-            config.eos_token_id[0] if isinstance(config.eos_token_id, list) else config.eos_token_id
-        )
+        eos = config.eos_token_id
+        self.text_tokens = eos[0] if isinstance(eos, list) else eos  # ids below end-of-text are text
         self.avoid = {*(config.suppress_tokens or []), *(config.begin_suppress_tokens or [])}
 
     def __call__(self, drafted: int, target_token: int) -> int:
@@ -167,58 +144,33 @@ def row_plans(references: list[DecodeResult], alpha: float, seed: int) -> list[A
     return [plan_from(result, alpha, seed=seed + i) for i, result in enumerate(references)]
 
 
-class AssistantPlan:
-    """For transformers' assisted generation only: a forward hook that makes an assistant model's greedy
-    choices follow a plan (one row); `with` it while generate() runs.
+@contextmanager
+def assistant_plan(
+    model: nn.Module, plan: AcceptancePlan, prompt_length: int, wrong: WrongToken
+) -> Iterator[None]:
+    """For assisted generation: while the block runs, a same-vocabulary assistant's greedy choices follow
+    a one-row plan; prompt_length: decoder prompt tokens before the first generated position."""
+    window = -1  # counts fresh caches: each decoding window starts the assistant on an empty one
 
-    prompt_length: decoder prompt tokens before the first generated position; vocabulary: maps target ids
-    to the assistant's (None: the same vocabulary).
-    """
-
-    def __init__(
-        self, model: nn.Module, prompt_length: int, wrong: WrongToken, vocabulary: VocabularyMap | None = None
-    ) -> None:
-        self.model = model
-        self.prompt_length = prompt_length
-        self.wrong = wrong
-        self.vocabulary = vocabulary
-        self.plan: AcceptancePlan | None = None
-        self._window = -1  # counts fresh caches: each decoding window starts the assistant on an empty one
-        self._handle = None
-
-    def set_plan(self, plan: AcceptancePlan | None) -> None:
-        """The plan for the next decoding (None: the assistant's own choices)."""
-        self.plan = plan
-        self._window = -1
-
-    def __enter__(self) -> AssistantPlan:
-        self._handle = self.model.register_forward_hook(self._rewrite, with_kwargs=True)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._handle.remove()
-        self._handle = None
-
-    def _rewrite(self, module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
+    def rewrite(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
         """Make the planned token win at each planned row of output.logits (1, n, vocab), in place."""
-        if self.plan is None:
-            return
+        nonlocal window
         logits = output.logits
         cache = getattr(output, "past_key_values", None) or kwargs.get("past_key_values")
-        total = cache.get_seq_length() if cache is not None else logits.shape[1]
-        cached_before = total - logits.shape[1]
-        if cached_before == 0:
-            self._window += 1
-        if not 0 <= self._window < len(self.plan.target_tokens):
+        cached_before = (cache.get_seq_length() if cache is not None else logits.shape[1]) - logits.shape[1]
+        window += cached_before == 0
+        if not 0 <= window < len(plan.target_tokens):
             return
-        planned = self.plan.target_tokens[self._window]
-        first = cached_before + 1 - self.prompt_length  # generated position that row 0 predicts
-        for row in range(logits.shape[1]):
-            position = first + row
+        planned, agree = plan.target_tokens[window], plan.agree[window]
+        first = cached_before + 1 - prompt_length  # generated position that row 0 predicts
+        for row, position in enumerate(range(first, first + logits.shape[1])):
             if 0 <= position < len(planned):
-                target_token = planned[position]
-                agree = self.plan.agree[self._window][position]
-                choice = target_token if agree else self.wrong(int(logits[0, row].argmax()), target_token)
-                if self.vocabulary is not None:
-                    choice = self.vocabulary.to_draft([choice])[0]
+                token = planned[position]
+                choice = token if agree[position] else wrong(int(logits[0, row].argmax()), token)
                 logits[0, row, choice] = logits[0, row].max() + BOOST
+
+    handle = model.register_forward_hook(rewrite, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

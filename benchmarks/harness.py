@@ -1,6 +1,5 @@
-"""What every benchmark does the same way: the record (`Record`), configurations side by side in rotated
-rounds (`rounds`, `timed`), tables (`table`), goals, a child process (`in_child`) and the app served
-(`served`)."""
+"""What every benchmark does the same way: the record, rotated rounds, timing, tables, goals, a child
+process and the app served."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "assets"
 LANGUAGE = "en"  # forced wherever a benchmark times decoding alone: no language-detection pass
-VERDICTS = {True: "met", False: "MISSED", None: "not measured"}
 
 
 def audio_paths(paths: Iterable[Path]) -> list[Path]:
@@ -47,9 +45,6 @@ def quiet_transformers() -> None:
     transformers.logging.disable_progress_bar()
 
 
-# ---------------------------------------------------------------- the record
-
-
 class Record(dict):
     """A benchmark's JSON report: the header first, then what the benchmark adds to it."""
 
@@ -71,10 +66,14 @@ class Record(dict):
     ) -> bool:
         """The goals printed and kept; then `same` when no output differed, else what did, kept as
         `identical`; True when none differed."""
+        for found in goals or ():
+            value = "-" if found["value"] is None else f"{found['value']:.{digits}f}"
+            verdict = {True: "met", False: "MISSED", None: "not measured"}[found["met"]]
+            print(f"goal {found['goal']}: {value} ({found['relation']} {found['threshold']:g}) {verdict}")
         if goals is not None:
             self["goals"] = goals
-            print_goals(goals, digits)
-        self["identical"] = print_identity(mismatched, same)
+        print(f"\n!!! OUTPUT DIFFERS in: {', '.join(mismatched)}" if mismatched else f"\n{same}")
+        self["identical"] = not mismatched
         return self["identical"]
 
     def write(self, path: Path, figures: Callable[[], Sequence] | None = None, title: str = "",
@@ -129,19 +128,6 @@ def goal(name: str, value: float | None, relation: str, threshold: float) -> dic
     return {"goal": name, "value": value, "relation": relation, "threshold": threshold, "met": met}
 
 
-def print_goals(goals: list[dict], digits: int = 2) -> None:
-    for found in goals:
-        value = "-" if found["value"] is None else f"{found['value']:.{digits}f}"
-        verdict = VERDICTS[found["met"]]
-        print(f"goal {found['goal']}: {value} ({found['relation']} {found['threshold']:g}) {verdict}")
-
-
-def print_identity(mismatched: list[str], same: str) -> bool:
-    """The verdict on the outputs: `same` when none differed, else what differed; True when none did."""
-    print(f"\n!!! OUTPUT DIFFERS in: {', '.join(mismatched)}" if mismatched else f"\n{same}")
-    return not mismatched
-
-
 def leviathan_bound(alpha: float, num_draft_tokens: int, cost_ratio: float) -> float:
     """Expected speedup of speculative decoding over the target alone (Leviathan et al. 2023, eq. 1)."""
     k = num_draft_tokens
@@ -164,18 +150,10 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if numerator is None or not denominator else numerator / denominator
 
 
-# ---------------------------------------------------------------- side by side, in rounds
-
-
 def rounds(
-    configs: Sequence[Hashable],
-    run: Callable[[Any, Any], Any],
-    count: int,
-    items: Sequence[Hashable] = (None,),
-    warm_up: Callable[[Any], object] | None = None,
-    settle: float = 0.0,
-    log: Callable[[str], None] = print,
-) -> dict[tuple, list]:
+    configs: Sequence[Hashable], run: Callable[[Any, Any], Any], count: int, items: Sequence = (None,),
+    warm_up: Callable[[Any], object] | None = None, settle: float = 0.0, log: Callable[[str], None] = print,
+) -> dict[tuple, list]:  # fmt: skip
     """run(config, item) for every item and configuration, `count` rounds: (config, item) -> each round's
     result. warm_up(config) first, untimed, for each; each round rotates the configurations' order;
     `settle` seconds of untimed pause before each call (threads left spinning by the call before sleep)."""
@@ -183,8 +161,7 @@ def rounds(
         warm_up(config)
     found: dict[tuple, list] = {(config, item): [] for item in items for config in configs}
     for index in range(count):
-        start = time.perf_counter()
-        shift = index % len(configs)
+        start, shift = time.perf_counter(), index % len(configs)
         for item in items:
             for config in [*configs[shift:], *configs[:shift]]:
                 time.sleep(settle)
@@ -198,8 +175,7 @@ def median(values: Iterable[float]) -> float:
 
 
 def synchronize(device: object = None) -> None:
-    """Wait for queued GPU work (of a module's device, or a device), so that a clock read after it times
-    the work itself."""
+    """Wait for a device's (or a module's) queued GPU work, so that a clock read after it times the work."""
     import torch
 
     if hasattr(device, "parameters"):
@@ -223,34 +199,26 @@ def in_child(function: Callable, *args: object) -> Any:
         return child.submit(function, *args).result()
 
 
-# ---------------------------------------------------------------- tables
-
 Column = tuple[str, str | Callable[[dict], Any], str]  # header, a row's key or a function of it, format
 
 
 def table(rows: Iterable[dict], columns: Sequence[Column], markdown: bool = False) -> str:
     """Rows as a table, a column's cells formatted by its spec: fixed-width, or markdown (cells stripped);
-    '-' for None."""
-    aligned = [re.match(r"([<>^]?)(\d*)", spec).groups() for *_, spec in columns]
+    '-' for None. A text cell (and the header) keeps the spec's alignment (default right) and width."""
+    text = [f"{m[1] or '>'}{m[2]}" for m in (re.match(r"([<>^]?)(\d*)", spec) for *_, spec in columns)]
 
-    def line(cells: list[str]) -> str:
+    def line(cells: Iterable[str]) -> str:
         return "| " + " | ".join(cell.strip() for cell in cells) + " |" if markdown else "".join(cells)
 
-    def cell(value: object, spec: str, align: str, width: str) -> str:
-        if value is None or isinstance(value, str):
-            return f"{'-' if value is None else value:{align or '>'}{width}}"
-        return f"{value:{spec}}"
-
-    head = line([f"{header:{a or '>'}{w}}" for (header, *_), (a, w) in zip(columns, aligned, strict=True)])
+    head = line(f"{header:{align}}" for (header, *_), align in zip(columns, text, strict=True))
     lines = [head, "|" + "---|" * len(columns) if markdown else "-" * len(head)]
     for row in rows:
         values = [row.get(key) if isinstance(key, str) else key(row) for _, key, _ in columns]
-        specs = [(spec, *a) for (*_, spec), a in zip(columns, aligned, strict=True)]
-        lines.append(line([cell(value, *spec) for value, spec in zip(values, specs, strict=True)]))
+        lines.append(line(
+            f"{'-' if value is None else value:{align}}" if value is None or isinstance(value, str)
+            else f"{value:{spec}}" for value, (*_, spec), align in zip(values, columns, text, strict=True)
+        ))  # fmt: skip
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------- the app, served and driven
 
 
 @contextmanager
@@ -259,6 +227,8 @@ def served(
 ) -> Iterator[tuple[str, float]]:
     """`python app.py ARGS --port P` in its own process, as a user starts it: (its URL, seconds until
     /v1/models answered) while the block runs; stopped after it."""
+    import httpx
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -267,42 +237,28 @@ def served(
     server = subprocess.Popen(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
     url, start = f"http://127.0.0.1:{port}", time.perf_counter()
     try:
-        yield url, _wait_for(server, url, start_seconds, log) - start
+        while server.poll() is None and time.perf_counter() - start < start_seconds:
+            with suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
+                    break
+            time.sleep(1)
+        else:
+            late = f"did not answer within {start_seconds:.0f} s"
+            why = late if server.poll() is None else f"exited ({server.returncode})"
+            raise SystemExit(f"the server {why}{f'; see {log}' if log else ''}")
+        yield url, time.perf_counter() - start
     finally:
         server.terminate()
         server.wait(30)
 
 
-def _wait_for(server: subprocess.Popen, url: str, start_seconds: float, log: Path | None) -> float:
-    import httpx
-
-    deadline = time.perf_counter() + start_seconds
-    while time.perf_counter() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited ({server.returncode}){f'; see {log}' if log else ''}")
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                return time.perf_counter()
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"the server did not answer within {start_seconds:.0f} s{f'; see {log}' if log else ''}")
-
-
 def one_after_another_then_at_once(send: Callable[[Any], dict], items: Sequence) -> dict:
     """send(item) for each item one after another, then for all of them at once from as many threads:
     both lists of answers and both wall times."""
-    start = time.perf_counter()
-    serial = [send(item) for item in items]
-    serial_seconds = time.perf_counter() - start
+    serial, serial_seconds = timed(lambda: [send(item) for item in items])
     time.sleep(0.5)
-    start = time.perf_counter()
     with ThreadPoolExecutor(len(items)) as pool:
-        together = list(pool.map(send, items))
-    return {
-        "serial": serial,
-        "serial_seconds": serial_seconds,
-        "together": together,
-        "together_seconds": time.perf_counter() - start,
-        "identical": [a["text"] for a in together] == [a["text"] for a in serial],
-    }
+        together, together_seconds = timed(lambda: list(pool.map(send, items)))
+    identical = [a["text"] for a in together] == [a["text"] for a in serial]
+    return {"serial": serial, "serial_seconds": serial_seconds, "together": together,
+            "together_seconds": together_seconds, "identical": identical}  # fmt: skip
