@@ -11,8 +11,8 @@ import json
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.ways import BatchBenchOptions, Way, Ways
 from benchmarks.controlled import judged
+from benchmarks.ways import BatchBenchOptions, Way, Ways
 
 MAX_NEW_TOKENS = 20
 BATCH = 7  # rows 5 and 6 are clips 0 and 1 again, each with its own plan

@@ -18,6 +18,8 @@ from specdec import cli
 from specdec.api import SpeculativeWhisper
 from specdec.app.store import ModelStore, demo_pairs, store_summary
 from specdec.audio import load_audio
+from specdec.corpus.command import corpus_options
+from specdec.corpus.run import CorpusOptions
 from specdec.engine import compute_types
 from specdec.options import DecodeOptions, TranscribeOptions
 
@@ -99,8 +101,12 @@ def test_every_door_that_loads_models_takes_it(demo_models, monkeypatch):
     args = argparse.Namespace(draft="auto", target="auto", device="cpu", compute_type="int8")
     cli._load_pair(args)
     assert loaded["compute_type"] == "int8"
-    parsed = cli._parser("specdec").parse_args(["transcribe", "x.wav", "--compute-type", "bfloat16"])
-    assert parsed.compute_type == "bfloat16"
+    parser = cli._parser("specdec")
+    assert parser.parse_args(["transcribe", "x.wav", "--compute-type", "bfloat16"]).compute_type == "bfloat16"
+    corpus = parser.parse_args(["corpus", "in/", "--out", "out/", "--compute-type", "int8"])
+    assert corpus_options(corpus).compute_type == "int8"
+    with pytest.raises(ValueError, match="compute_type must be one of"):
+        CorpusOptions(compute_type="float8")
     store = ModelStore(demo_pairs(demo_models["target"].parent), "cpu", warm_up=False, compute_type="int8")
     whisper = store.whisper(store.default_pair)
     assert whisper.pair.compute_type == "int8" and store_summary(store).endswith("int8.")

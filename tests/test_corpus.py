@@ -332,6 +332,7 @@ def test_the_key_follows_the_models_the_options_and_the_file_language():
         RunSettings("base", "tiny.en", "cpu", "chunked", DecodeOptions(language="en")),
         RunSettings("base", "tiny", "cpu", "sequential", DecodeOptions(language="en")),
         RunSettings("base", "tiny.en", "cpu", "sequential", DecodeOptions(language="en", timestamps=True)),
+        RunSettings("base", "tiny.en", "cpu", "sequential", DecodeOptions(language="en"), "bfloat16"),
     ):
         assert other.digest(None) != settings.digest(None)
 

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from torch.autograd import DeviceType
 
+from benchmarks import profile as profiling
 from benchmarks import serve
 from benchmarks import ways as gpu
-from benchmarks import profile as profiling
 from benchmarks.__main__ import main
 from benchmarks.runners import Run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from specdec.corpus.inputs import list_inputs
 from specdec.corpus.store import SUMMARY, TRANSCRIPTS
 from specdec.corpus.summary import Summary
-from specdec.options import DecodeOptions
+from specdec.options import COMPUTE_TYPES, DEFAULT_COMPUTE_TYPE, DecodeOptions
 from specdec.request import (
     add_model_arguments,
     add_option_arguments,
@@ -43,6 +43,10 @@ def add_corpus_parser(commands: argparse._SubParsersAction) -> argparse.Argument
         "--gpus-per-worker", type=float, default=1.0, help="GPUs per actor (0.5: two per GPU)"
     )
     corpus.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    corpus.add_argument(
+        "--compute-type", choices=COMPUTE_TYPES, default=DEFAULT_COMPUTE_TYPE,
+        help="what the target's encoder computes in on a CPU (as `transcribe --compute-type`)",
+    )  # fmt: skip
     corpus.add_argument(
         "--address",
         default=os.environ.get("RAY_ADDRESS"),
@@ -91,4 +95,5 @@ def corpus_options(args: argparse.Namespace):
         threads_per_worker=args.threads_per_worker,
         gpus_per_worker=args.gpus_per_worker,
         retry_errors=args.retry_errors,
+        compute_type=args.compute_type,
     )

@@ -74,8 +74,9 @@ class Transcriber:
         self.settings = settings
         self.batch_size = batch_size
         self.whisper = SpeculativeWhisper(
-            draft_model=settings.draft, final_model=settings.target, device=settings.device
-        )
+            draft_model=settings.draft, final_model=settings.target, device=settings.device,
+            compute_type=settings.compute_type,
+        )  # fmt: skip
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         """Columns in: index, path, language, digest, key, resumed, row, waveform (`reading.read_audio`).

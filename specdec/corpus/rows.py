@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specdec.options import DecodeOptions
+from specdec.options import DEFAULT_COMPUTE_TYPE, DecodeOptions
 
 if TYPE_CHECKING:
     from specdec.api import Transcription
@@ -48,6 +48,7 @@ class RunSettings:
     device: str  # "cpu" or "cuda"
     long_form: str  # "sequential" or "chunked"
     options: DecodeOptions  # the run's options; a manifest's language replaces options.language
+    compute_type: str = DEFAULT_COMPUTE_TYPE  # the target's encoder (`SpeculativeWhisper(compute_type=)`)
 
     def file_options(self, language: str | None) -> DecodeOptions:
         """The options one file is decoded with: its own language where the manifest gives one."""
@@ -63,6 +64,8 @@ class RunSettings:
             "long_form": self.long_form,
             "options": dataclasses.asdict(self.file_options(language)),
         }
+        if self.compute_type != DEFAULT_COMPUTE_TYPE:  # the rows of runs before compute types keep their keys
+            fields["compute_type"] = self.compute_type
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

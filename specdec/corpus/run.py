@@ -20,7 +20,7 @@ from specdec.corpus.quiet import RAY_DATA_ACTOR_NOTICE, stderr_without
 from specdec.corpus.rows import DoneRows, RunSettings
 from specdec.corpus.store import CorpusStore
 from specdec.corpus.summary import Summary, summarise
-from specdec.options import DecodeOptions, check_long_form
+from specdec.options import COMPUTE_TYPES, DEFAULT_COMPUTE_TYPE, DecodeOptions, check_long_form
 from specdec.whisper.models import AUTO, default_pair, unavailable
 
 
@@ -40,6 +40,7 @@ class CorpusOptions:
     threads_per_worker: int | None = None  # torch threads per actor; None: a node's CPUs shared out
     gpus_per_worker: float = 1.0  # a fraction puts several actors on one GPU
     retry_errors: bool = False  # decode files again whose row in the output folder is an error
+    compute_type: str = DEFAULT_COMPUTE_TYPE  # the target's encoder on a CPU (`SpeculativeWhisper`'s)
 
     def __post_init__(self) -> None:
         check_long_form(self.long_form)
@@ -49,6 +50,10 @@ class CorpusOptions:
             raise ValueError("workers must be >= 1")
         if self.device not in ("cpu", "cuda", AUTO):
             raise ValueError(f"device must be cpu, cuda or auto, not {self.device!r}")
+        if self.compute_type not in COMPUTE_TYPES:
+            raise ValueError(
+                f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, not {self.compute_type!r}"
+            )
 
 
 def transcribe_corpus(
@@ -133,7 +138,7 @@ def _plan(options: CorpusOptions, local: bool) -> tuple[RunSettings, Resources]:
         for name in (target, draft):
             if (problem := unavailable(name)) is not None:
                 raise ValueError(problem)
-    settings = RunSettings(target, draft, device, options.long_form, options.decode)
+    settings = RunSettings(target, draft, device, options.long_form, options.decode, options.compute_type)
     resources = plan_resources(
         device,
         options.workers,
