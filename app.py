@@ -101,6 +101,7 @@ from specdec.app.store import (
     ModelStore,
     UserError,
     demo_store,
+    offer_bfloat16,
     pairs_by_device,
     pairs_for,
     store_summary,
@@ -208,6 +209,8 @@ def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
         store = ModelStore(pairs_by_device(args.device), args.device)
     store.warm_up = not ON_ZERO_GPU
     store.max_seconds, store.compute_type = args.max_seconds, args.compute_type
+    if not args.demo_models:
+        offer_bfloat16(store)
     try:  # on ZeroGPU every pair loads now: the GPU worker is forked per call and keeps nothing
         for label in store.pairs if ON_ZERO_GPU else [store.default_pair]:
             MODEL_THREAD.submit(store.whisper, label).result()  # where the jobs will run (jobs.py)

@@ -16,7 +16,8 @@ from test_lossless import CLIPS, _generate
 
 from specdec import cli
 from specdec.api import SpeculativeWhisper
-from specdec.app.store import ModelStore, demo_pairs, store_summary
+from specdec.app.openai_schema import model_ids
+from specdec.app.store import ModelStore, demo_pairs, offer_bfloat16, store_summary
 from specdec.audio import load_audio
 from specdec.corpus.command import corpus_options
 from specdec.corpus.run import CorpusOptions
@@ -110,3 +111,21 @@ def test_every_door_that_loads_models_takes_it(demo_models, monkeypatch):
     store = ModelStore(demo_pairs(demo_models["target"].parent), "cpu", warm_up=False, compute_type="int8")
     whisper = store.whisper(store.default_pair)
     assert whisper.pair.compute_type == "int8" and store_summary(store).endswith("int8.")
+
+
+def test_the_page_offers_the_default_pair_in_bfloat16_where_the_cpu_has_it(demo_models, monkeypatch):
+    pairs = demo_pairs(demo_models["target"].parent)
+    monkeypatch.setattr(compute_types, "cpu_has_bfloat16", lambda: False)
+    store = ModelStore(dict(pairs), "cpu", warm_up=False)
+    offer_bfloat16(store)
+    assert store.pairs == pairs  # no native bfloat16: nothing more offered
+    monkeypatch.setattr(compute_types, "cpu_has_bfloat16", lambda: True)
+    offer_bfloat16(store)
+    first, second, *_ = store.pairs
+    assert second == f"{first} · encoder in bfloat16" and store.pairs[second] == store.pairs[first]
+    assert store.whisper(second).pair.compute_type == "bfloat16"
+    assert store.whisper(first).pair.compute_type == "float32"
+    assert model_ids(store)["+".join(Path(name).name for name in pairs[first])] == first  # /v1: the server's
+    already = ModelStore(dict(pairs), "cpu", warm_up=False, compute_type="bfloat16")
+    offer_bfloat16(already)
+    assert already.pairs == pairs

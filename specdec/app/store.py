@@ -101,6 +101,7 @@ class ModelStore:
     warm_up: bool = True  # off on ZeroGPU, where no CUDA work may run outside a GPU task
     max_seconds: float = MAX_APP_SECONDS  # longer clips are refused before they are decoded
     compute_type: str = DEFAULT_COMPUTE_TYPE  # what each pair's target encoder computes in (on a CPU)
+    compute_types: dict[str, str] = field(default_factory=dict)  # a label's own, where it has one
     _models: dict[str, LoadedModel] = field(default_factory=dict)
     _whispers: dict[str, SpeculativeWhisper] = field(default_factory=dict)
     max_listeners: int = 2  # Live recordings decoded at once; the next page is told the view is busy
@@ -120,7 +121,8 @@ class ModelStore:
             raise UserError(f"Unknown model pair {label!r}; choose one from the list.")
         with self._lock:
             if label not in self._whispers:
-                self._whispers[label] = self._load(*self.pairs[label])
+                compute_type = self.compute_types.get(label, self.compute_type)
+                self._whispers[label] = self._load(*self.pairs[label], compute_type)
             return self._whispers[label]
 
     def loaded(self, label: str) -> SpeculativeWhisper | None:
@@ -144,7 +146,7 @@ class ModelStore:
         """Alternate which run goes first, one comparison to the next."""
         return next(self._runs) % 2 == 0
 
-    def _load(self, target_name: str, draft_name: str) -> SpeculativeWhisper:
+    def _load(self, target_name: str, draft_name: str, compute_type: str) -> SpeculativeWhisper:
         try:
             device = pick_device(self.device)
         except ValueError as error:  # a CUDA device this machine lacks (app.py --device cuda:1)
@@ -159,7 +161,7 @@ class ModelStore:
                 draft = self._model(draft_name, device, dtype)
             # the draft runs as SpeculativeWhisper runs it by default (on a CPU: int8, restricted vocabulary,
             # lean step, pooled frames); the page's timings are then what the package and the CLI give
-            pair = compute_types.apply(tune_draft(make_pair(target, draft)), self.compute_type)
+            pair = compute_types.apply(tune_draft(make_pair(target, draft)), compute_type)
             whisper = SpeculativeWhisper.from_pair(pair)
         except PairError as error:
             names = f"{shown_name(target_name)} and {shown_name(draft_name)}"
@@ -181,6 +183,24 @@ def pairs_by_device(device: str = "auto") -> dict[str, tuple[str, str]]:
     default = default_pair(device)
     first = [label for label, pair in DEFAULT_PAIRS.items() if pair == default]
     return {label: DEFAULT_PAIRS[label] for label in first + [p for p in DEFAULT_PAIRS if p not in first]}
+
+
+def offer_bfloat16(store: ModelStore) -> None:
+    """On a CPU that multiplies bfloat16 natively, with the store's encoders in float32: the default pair
+    again, its encoder in bfloat16, second in the page's list (/v1 names a pair by its models, and keeps
+    the first: the server's compute type)."""
+    try:
+        device = pick_device(store.device)
+    except ValueError:  # a device this machine lacks: the store says so when a pair loads
+        return
+    if device.type != "cpu" or compute_types.resolve(store.compute_type, device) != "float32":
+        return
+    if not compute_types.cpu_has_bfloat16():
+        return
+    default, label = store.default_pair, f"{store.default_pair} · encoder in bfloat16"
+    pairs = list(store.pairs.items())
+    store.pairs = dict([pairs[0], (label, store.pairs[default]), *pairs[1:]])
+    store.compute_types[label] = "bfloat16"
 
 
 def pairs_for(target: str, drafts: list[str]) -> dict[str, tuple[str, str]]:
