@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 
-from specdec.options import COMPUTE_TYPES, DEFAULT_COMPUTE_TYPE
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,12 +33,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--draft", action="append", help="allowed draft for --target (repeat)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    parser.add_argument(
+    parser.add_argument(  # its names checked once the package loads (`options.COMPUTE_TYPES`)
         "--compute-type",
-        choices=COMPUTE_TYPES,
-        default=os.environ.get("SPECDEC_COMPUTE_TYPE", DEFAULT_COMPUTE_TYPE),
-        help="what the targets' encoders compute in on a CPU, for the page and /v1 alike (auto: bfloat16 "
-        "where the CPU runs it natively; or set SPECDEC_COMPUTE_TYPE)",
+        default=os.environ.get("SPECDEC_COMPUTE_TYPE", "default"),
+        help="what the targets' encoders compute in on a CPU, for the page and /v1 alike: default "
+        "(float32), auto (bfloat16 where the CPU runs it natively), float32, bfloat16 or int8 (or set "
+        "SPECDEC_COMPUTE_TYPE)",
     )
     parser.add_argument(
         "--max-seconds",
@@ -108,6 +106,7 @@ from specdec.app.store import (
     without_paths,
 )
 from specdec.app.uploads import UPLOAD_CACHE
+from specdec.options import COMPUTE_TYPES
 from specdec.whisper.models import default_pair
 
 ASSETS = Path(__file__).parent / "assets"
@@ -200,6 +199,10 @@ def _page_closed(request: gr.Request) -> None:
 
 def make_store(args: argparse.Namespace) -> tuple[ModelStore, str | None]:
     """The model store from the server's flags, its default pair loaded and warmed up (or why not)."""
+    if args.compute_type not in COMPUTE_TYPES:
+        raise SystemExit(
+            f"--compute-type must be one of {', '.join(COMPUTE_TYPES)}, not {args.compute_type!r}"
+        )
     if args.demo_models:
         store = demo_store(args.device)
     elif args.target or args.draft:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_lossless import CLIPS, _generate
 
+import app
 from specdec import cli
 from specdec.api import SpeculativeWhisper
 from specdec.app.openai_schema import model_ids
@@ -22,7 +23,7 @@ from specdec.audio import load_audio
 from specdec.corpus.command import corpus_options
 from specdec.corpus.run import CorpusOptions
 from specdec.engine import compute_types
-from specdec.options import DecodeOptions, TranscribeOptions
+from specdec.options import DEFAULT_COMPUTE_TYPE, DecodeOptions, TranscribeOptions
 
 ASSETS = Path(__file__).parent.parent / "assets"
 OPTIONS = DecodeOptions(language="en", max_new_tokens=24)
@@ -108,6 +109,9 @@ def test_every_door_that_loads_models_takes_it(demo_models, monkeypatch):
     assert corpus_options(corpus).compute_type == "int8"
     with pytest.raises(ValueError, match="compute_type must be one of"):
         CorpusOptions(compute_type="float8")
+    assert app.parse_args([]).compute_type == DEFAULT_COMPUTE_TYPE  # app.py names it before the package loads
+    with pytest.raises(SystemExit, match="--compute-type must be one of"):
+        app.make_store(app.parse_args(["--compute-type", "float8"]))
     store = ModelStore(demo_pairs(demo_models["target"].parent), "cpu", warm_up=False, compute_type="int8")
     whisper = store.whisper(store.default_pair)
     assert whisper.pair.compute_type == "int8" and store_summary(store).endswith("int8.")
